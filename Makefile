@@ -1,0 +1,59 @@
+# Thin wrappers over the `course` command. `make run` and `make test` set everything up themselves
+# on a machine that has only Python 3.10+ and pip: a .venv from the pinned constraints, the course
+# package in editable mode, and the Jupyter kernel registered inside the venv.
+
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+OUT    ?= results
+PROFILE ?= auto
+SUBMISSIONS ?= submissions
+GRADES ?= autograde/workspace
+
+# Keep Jupyter, IPython, matplotlib, torch and Hugging Face caches out of the user's home.
+STATE := $(CURDIR)/.state
+export JUPYTER_CONFIG_DIR  := $(STATE)/jupyter/config
+export JUPYTER_DATA_DIR    := $(STATE)/jupyter/data
+export JUPYTER_RUNTIME_DIR := $(STATE)/jupyter/runtime
+export IPYTHONDIR          := $(STATE)/ipython
+export MPLCONFIGDIR        := $(STATE)/matplotlib
+export TORCH_HOME          := $(STATE)/torch
+export HF_HOME             := $(STATE)/huggingface
+export XDG_CACHE_HOME      := $(STATE)/cache
+export HF_HUB_OFFLINE      := 1
+export PYTHONDONTWRITEBYTECODE := 1
+$(shell mkdir -p $(JUPYTER_CONFIG_DIR) $(JUPYTER_DATA_DIR) $(JUPYTER_RUNTIME_DIR) $(IPYTHONDIR) $(MPLCONFIGDIR) $(TORCH_HOME) $(HF_HOME) $(XDG_CACHE_HOME))
+
+.PHONY: setup run test lab release grade doctor clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml constraints.txt
+	@echo "== creating $(VENV) from constraints.txt (torch==2.13.0) =="
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[test]'
+	$(BIN)/python -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (course)" >/dev/null
+	@touch $@
+	@echo "== $(VENV) ready =="
+
+run: $(STAMP)
+	$(BIN)/course run --profile $(PROFILE) --out $(OUT)
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -n 2 --dist loadgroup -q tests
+
+lab: $(STAMP)
+	$(BIN)/course lab
+
+release: $(STAMP)
+	$(BIN)/course release
+
+grade: $(STAMP)
+	$(BIN)/course grade $(SUBMISSIONS) --out $(GRADES)
+
+doctor: $(STAMP)
+	$(BIN)/course doctor
+
+clean:
+	rm -rf $(STATE) results autograde/workspace .pytest_cache

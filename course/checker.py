@@ -1,0 +1,86 @@
+"""``course check NOTEBOOK``: run a learner's notebook and its public tests, and say how each went.
+
+The notebook runs in a fresh kernel exactly as nbgrader's validator would (``NBGRADER_EXECUTION`` set,
+so the smoke profile is used), with a per-cell time limit. Each test cell is scored with nbgrader's
+own rule (an error, or output on stderr, fails it) and reported in plain words.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import nbformat
+
+from course.workspace import tool_environment
+
+__all__ = ["TestOutcome", "check_notebook"]
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+@dataclass
+class TestOutcome:
+    grade_id: str
+    points: float
+    max_points: float
+    message: str
+
+    @property
+    def passed(self) -> bool:
+        return self.points >= self.max_points
+
+
+def _message(cell) -> str:
+    for out in cell.get("outputs", []):
+        if out.get("output_type") == "error":
+            evalue = _ANSI.sub("", str(out.get("evalue", ""))).strip()
+            if out.get("ename") == "CellTimeoutError":
+                return "the cell ran past the time limit (an infinite loop, or very slow code?)"
+            return f"{out.get('ename')}: {evalue}" if evalue else str(out.get("ename"))
+    return "the cell wrote to stderr (nbgrader counts that as a failure)"
+
+
+def check_notebook(path: Path, *, timeout: int = 120) -> tuple[list[TestOutcome], list[str]]:
+    """Execute the notebook and score its test cells.
+
+    Returns:
+        (outcomes, unimplemented): one outcome per test cell, and the solution cells still raising
+        ``NotImplementedError``.
+    """
+    from nbclient import NotebookClient
+    from nbclient.exceptions import DeadKernelError
+    from nbgrader.utils import determine_grade
+
+    path = Path(path)
+    if not path.is_file():
+        raise SystemExit(f"course check: {path} does not exist. Give the path of your notebook, e.g. "
+                         "notebooks/05_self_attention/05_self_attention.ipynb")
+    try:
+        nb = nbformat.read(str(path), as_version=4)
+    except Exception as exc:  # noqa: BLE001
+        raise SystemExit(f"course check: {path} is not a valid notebook ({type(exc).__name__}: {exc}). "
+                         "Re-save it from Jupyter, or restore it with `git checkout` and copy your code back.")
+    tool_environment()
+    os.environ["NBGRADER_EXECUTION"] = "validate"
+    client = NotebookClient(nb, timeout=timeout, kernel_name="python3", allow_errors=True,
+                            resources={"metadata": {"path": str(path.parent.resolve())}})
+    try:
+        client.execute()
+    except DeadKernelError:
+        raise SystemExit("course check: the kernel died while running your notebook (os._exit, a crash, or out "
+                         "of memory). Find the cell that kills it, then check again.")
+    finally:
+        os.environ.pop("NBGRADER_EXECUTION", None)
+    outcomes, unimplemented = [], []
+    for cell in nb.cells:
+        meta = cell.get("metadata", {}).get("nbgrader", {})
+        if meta.get("solution") and any(o.get("ename") == "NotImplementedError" for o in cell.get("outputs", [])):
+            unimplemented.append(meta.get("grade_id", "?"))
+        if meta.get("grade") and cell.cell_type == "code":
+            score, max_score = determine_grade(cell, None)
+            outcomes.append(TestOutcome(meta.get("grade_id", "?"), float(score or 0), float(max_score or 0),
+                                        "" if score == max_score else _message(cell)))
+    return outcomes, unimplemented

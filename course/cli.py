@@ -1,0 +1,143 @@
+"""The ``course`` command: run, release, check, grade, doctor, lab.
+
+Every subcommand has ``--help``. Exit codes: 0 when everything passed, 1 when something needs a
+look (a lesson failed, a test failed, a submission could not be graded cleanly), 2 for bad usage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+
+def _cmd_run(args) -> int:
+    from course.lessons import resolve
+    from course.runner import run_lessons
+
+    results = run_lessons(resolve(args.lessons), Path(args.out), profile=args.profile, device=args.device,
+                          seed=args.seed, timeout=args.timeout)
+    return 0 if all(r.status == "passed" for r in results) else 1
+
+
+def _cmd_release(args) -> int:
+    from course.lessons import resolve
+    from course.release import release
+
+    lessons = resolve(args.lessons)
+    problems = release(lessons, check=args.check)
+    if problems:
+        for p in problems:
+            print(f"course release: {p}", file=sys.stderr)
+        return 1
+    verb = "match their solutions" if args.check else "regenerated"
+    print(f"{len(lessons)} student notebooks {verb}: {', '.join(l.id for l in lessons)}")
+    return 0
+
+
+def _cmd_check(args) -> int:
+    from course.checker import check_notebook
+
+    outcomes, unimplemented = check_notebook(Path(args.notebook), timeout=args.timeout)
+    if not outcomes:
+        print("This notebook has no test cells: is it one of the course's student notebooks?")
+        return 1
+    for o in outcomes:
+        mark = "PASS" if o.passed else "FAIL"
+        print(f"{mark}  {o.grade_id:<40} {o.points:g}/{o.max_points:g}" + ("" if o.passed else f"\n      {o.message}"))
+    got, total = sum(o.points for o in outcomes), sum(o.max_points for o in outcomes)
+    passed = sum(o.passed for o in outcomes)
+    print(f"\n{passed} of {len(outcomes)} public tests passed ({got:g}/{total:g} points).")
+    if unimplemented:
+        print(f"Not implemented yet: {', '.join(unimplemented)}.")
+    print("Hidden tests run only when your instructor grades the notebook; passing these is necessary, not sufficient.")
+    return 0 if passed == len(outcomes) else 1
+
+
+def _cmd_grade(args) -> int:
+    from course.grading import OK_STATUSES, grade, summary_table
+
+    results = grade(Path(args.submissions), Path(args.out), timeout=args.timeout, lessons=args.lesson or None)
+    print()
+    print(summary_table(results))
+    print(f"Grades: {Path(args.out).resolve()}/grades.csv; per test: results.json; feedback: feedback/<student>/<lesson>/")
+    return 0 if all(r.status in OK_STATUSES for r in results) else 1
+
+
+def _cmd_doctor(args) -> int:
+    from course.doctor import doctor
+
+    return 1 if doctor() else 0
+
+
+def _cmd_lab(args) -> int:
+    from course.lessons import root
+    from course.workspace import tool_environment
+
+    tool_environment()
+    cmd = [sys.executable, "-m", "jupyter", "lab", f"--notebook-dir={root() / 'notebooks'}"] + args.extra
+    print("Starting JupyterLab on the student notebooks:", " ".join(cmd))
+    os.execv(sys.executable, cmd)
+    return 0  # pragma: no cover
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="course", description=__doc__.split("\n\n")[0])
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    r = sub.add_parser("run", help="execute solution notebooks and report their results",
+                       description="Execute solution notebooks with papermill (a cell timeout always set) and "
+                                   "write the executed notebooks plus report.json and report.md to --out.")
+    r.add_argument("lessons", nargs="*", metavar="LESSON", help="lesson ids or prefixes (default: all)")
+    r.add_argument("--profile", default="auto", choices=["auto", "smoke", "standard", "full"],
+                   help="smoke: seconds (CI); standard: a few minutes on a CPU; full: GPU; auto: full on CUDA else standard")
+    r.add_argument("--device", default="auto", help="auto, cpu or cuda")
+    r.add_argument("--seed", type=int, default=0, help="the SEED parameter of every notebook (default 0)")
+    r.add_argument("--out", default="results", help="folder for executed notebooks and the report (default results/)")
+    r.add_argument("--timeout", type=int, default=None, help="seconds one cell may run (default: each lesson's own, 600 at most)")
+    r.set_defaults(func=_cmd_run)
+
+    rel = sub.add_parser("release", help="regenerate notebooks/ from solutions/ with nbgrader",
+                         description="Generate the student notebooks (stubs, no hidden tests, locked tests, no outputs).")
+    rel.add_argument("lessons", nargs="*", metavar="LESSON", help="lesson ids or prefixes (default: all)")
+    rel.add_argument("--check", action="store_true", help="do not write; fail if committed student notebooks differ")
+    rel.set_defaults(func=_cmd_release)
+
+    c = sub.add_parser("check", help="run a notebook's public tests and report each one",
+                       description="Execute your notebook (smoke profile) and report every public test in plain words.")
+    c.add_argument("notebook", help="path of your notebook, e.g. notebooks/05_self_attention/05_self_attention.ipynb")
+    c.add_argument("--timeout", type=int, default=120, help="seconds one cell may run (default 120)")
+    c.set_defaults(func=_cmd_check)
+
+    g = sub.add_parser("grade", help="grade a folder of submissions with nbgrader",
+                       description="Grade SUBMISSIONS/<student>/<lesson>/<lesson>.ipynb; write grades.csv, results.json, "
+                                   "feedback HTML and the gradebook into --out.")
+    g.add_argument("submissions", help="folder laid out as nbgrader's submitted/: <student>/<lesson>/<lesson>.ipynb")
+    g.add_argument("--out", required=True, help="workspace for grades, feedback and nbgrader's state (created if needed)")
+    g.add_argument("--timeout", type=int, default=60, help="seconds one cell may run before it is stopped (default 60)")
+    g.add_argument("--lesson", action="append", help="grade only this lesson (repeatable)")
+    g.set_defaults(func=_cmd_grade)
+
+    d = sub.add_parser("doctor", help="versions, device, and whether Jupyter/nbgrader are set up",
+                       description="Print versions, the device (CUDA name and memory), and check the kernel and extensions.")
+    d.set_defaults(func=_cmd_doctor)
+
+    lab = sub.add_parser("lab", help="start JupyterLab on the student notebooks",
+                         description="Start JupyterLab (nbgrader and ipywidgets extensions) in notebooks/.")
+    lab.add_argument("extra", nargs=argparse.REMAINDER, help="extra arguments for jupyter lab")
+    lab.set_defaults(func=_cmd_lab)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except KeyboardInterrupt:
+        print("course: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,94 @@
+"""Plots every lesson uses: attention heatmaps, bar charts of weights, training curves."""
+
+from __future__ import annotations
+
+from typing import Mapping, Sequence
+
+import matplotlib.pyplot as plt
+import torch
+
+__all__ = ["heatmap", "bars", "curves", "grid"]
+
+
+def _np(x):
+    if isinstance(x, torch.Tensor):
+        return x.detach().float().cpu().numpy()
+    return x
+
+
+def heatmap(weights, *, rows: Sequence[str] | None = None, cols: Sequence[str] | None = None, title: str = "",
+            ax=None, xlabel: str = "keys", ylabel: str = "queries", annotate: bool | None = None, cmap: str = "viridis",
+            colorbar: bool = True, vmin: float | None = 0.0, vmax: float | None = None):
+    """Draw a (T_q, T_k) attention matrix with token labels; returns the axes."""
+    w = _np(weights)
+    if ax is None:
+        _, ax = plt.subplots(figsize=(max(3.0, 0.45 * w.shape[1] + 1.5), max(2.5, 0.4 * w.shape[0] + 1.0)))
+    im = ax.imshow(w, cmap=cmap, vmin=vmin, vmax=vmax, aspect="auto")
+    if cols is not None:
+        ax.set_xticks(range(len(cols)), list(cols), rotation=60, ha="right", fontsize=8)
+    if rows is not None:
+        ax.set_yticks(range(len(rows)), list(rows), fontsize=8)
+    if annotate is None:
+        annotate = w.size <= 64
+    if annotate:
+        for i in range(w.shape[0]):
+            for j in range(w.shape[1]):
+                ax.text(j, i, f"{w[i, j]:.2f}", ha="center", va="center", fontsize=7,
+                        color="white" if w[i, j] < (w.max() + w.min()) / 2 else "black")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    if title:
+        ax.set_title(title)
+    if colorbar:
+        ax.figure.colorbar(im, ax=ax, fraction=0.046, pad=0.04)
+    return ax
+
+
+def bars(values, labels: Sequence[str] | None = None, *, title: str = "", ax=None, ylabel: str = "weight",
+         highlight: int | None = None, ylim=(0, 1)):
+    """Bar chart of one distribution (e.g. attention weights over tokens); returns the axes."""
+    v = _np(values).reshape(-1)
+    if ax is None:
+        _, ax = plt.subplots(figsize=(max(4.0, 0.4 * len(v) + 1), 2.8))
+    colors = ["tab:orange" if i == highlight else "tab:blue" for i in range(len(v))]
+    ax.bar(range(len(v)), v, color=colors)
+    if labels is not None:
+        ax.set_xticks(range(len(v)), list(labels), rotation=60, ha="right", fontsize=8)
+    ax.set_ylabel(ylabel)
+    if ylim is not None:
+        ax.set_ylim(*ylim)
+    if title:
+        ax.set_title(title)
+    return ax
+
+
+def curves(series: Mapping[str, Sequence[float]], *, title: str = "", xlabel: str = "step", ylabel: str = "loss",
+           ax=None, logy: bool = False, smooth: int = 1):
+    """Line plot of several named curves (training losses, accuracies); returns the axes."""
+    if ax is None:
+        _, ax = plt.subplots(figsize=(6, 3.2))
+    for name, ys in series.items():
+        ys = list(_np(torch.as_tensor(list(ys), dtype=torch.float32)))
+        if smooth > 1 and len(ys) >= smooth:
+            k = smooth
+            ys = [sum(ys[max(0, i - k + 1): i + 1]) / len(ys[max(0, i - k + 1): i + 1]) for i in range(len(ys))]
+        ax.plot(range(len(ys)), ys, label=name)
+    if logy:
+        ax.set_yscale("log")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    if title:
+        ax.set_title(title)
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    return ax
+
+
+def grid(n: int, *, cols: int = 4, size: float = 3.0):
+    """A figure with ``n`` axes in rows of ``cols``; returns (fig, flat list of axes)."""
+    rows = (n + cols - 1) // cols
+    fig, axes = plt.subplots(rows, min(cols, n), figsize=(size * min(cols, n), size * rows), squeeze=False)
+    flat = [a for row in axes for a in row]
+    for a in flat[n:]:
+        a.axis("off")
+    return fig, flat[:n]

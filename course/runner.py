@@ -1,0 +1,175 @@
+"""``course run``: execute solution notebooks with papermill and report what they achieved.
+
+Each lesson runs in its own kernel with a cell timeout, its metrics are collected through the
+``COURSE_METRICS`` file (see :mod:`course.metrics`), and one failing lesson never stops the others.
+The report is ``report.json`` (machine-readable), ``report.md`` and a table on the terminal.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import sys
+import time
+import traceback
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from course.lessons import Lesson
+
+__all__ = ["LessonResult", "run_lessons", "format_table"]
+
+
+@dataclass
+class LessonResult:
+    id: str
+    title: str
+    status: str = "pending"          # passed | failed | timeout | missed-target
+    seconds: float = 0.0
+    profile: str = ""
+    device: str = ""
+    metrics: dict = field(default_factory=dict)
+    targets: list = field(default_factory=list)   # {metric, target, value, met}
+    error: str = ""
+    notebook: str = ""
+
+
+def _read_metrics(path: Path) -> dict:
+    metrics = {}
+    if path.is_file():
+        for line in path.read_text(encoding="utf-8").splitlines():
+            try:
+                item = json.loads(line)
+                metrics[item["name"]] = item["value"]
+            except (ValueError, KeyError):
+                continue
+    return metrics
+
+
+def _error_text(exc: BaseException) -> str:
+    """A one-paragraph account of why a notebook failed (papermill's error, or the exception)."""
+    ename = getattr(exc, "ename", type(exc).__name__)
+    evalue = getattr(exc, "evalue", str(exc))
+    cell = getattr(exc, "exec_count", None)
+    where = f" in cell [{cell}]" if cell else ""
+    return f"{ename}{where}: {str(evalue).strip()[:500]}"
+
+
+def run_lesson(lesson: Lesson, out: Path, *, profile: str, device: str, seed: int, timeout: int | None,
+               progress: bool) -> LessonResult:
+    import papermill as pm
+
+    from course.config import resolve_device, resolve_profile
+
+    dev = resolve_device(device)
+    res = LessonResult(id=lesson.id, title=lesson.title, profile=resolve_profile(profile, dev), device=dev)
+    out.mkdir(parents=True, exist_ok=True)
+    executed = out / f"{lesson.id}.ipynb"
+    metrics_file = out / f"{lesson.id}.metrics.jsonl"
+    metrics_file.unlink(missing_ok=True)
+    res.notebook = str(executed)
+    old = os.environ.get("COURSE_METRICS")
+    os.environ["COURSE_METRICS"] = str(metrics_file)
+    start = time.perf_counter()
+    try:
+        pm.execute_notebook(
+            str(lesson.solution), str(executed),
+            parameters={"PROFILE": profile, "DEVICE": device, "SEED": seed},
+            kernel_name="python3", cwd=str(lesson.solution.parent),
+            execution_timeout=timeout or lesson.cell_timeout, progress_bar=progress, log_output=False,
+        )
+        res.status = "passed"
+    except Exception as exc:  # noqa: BLE001 - any failure is reported, the next lesson still runs
+        timed_out = "Timeout" in type(exc).__name__ or "timed out" in str(exc).lower()
+        res.status = "timeout" if timed_out else "failed"
+        res.error = _error_text(exc)
+        if not hasattr(exc, "ename") and not timed_out:
+            res.error += "\n" + "".join(traceback.format_exception_only(type(exc), exc)).strip()
+    finally:
+        res.seconds = round(time.perf_counter() - start, 1)
+        if old is None:
+            os.environ.pop("COURSE_METRICS", None)
+        else:
+            os.environ["COURSE_METRICS"] = old
+    res.metrics = _read_metrics(metrics_file)
+    check_targets = res.profile != "smoke"
+    for t in lesson.targets:
+        value = res.metrics.get(t.metric)
+        met = t.met_by(value) if check_targets else None
+        res.targets.append({"metric": t.metric, "target": str(t), "value": value, "met": met})
+    if res.status == "passed" and any(t["met"] is False for t in res.targets):
+        res.status = "missed-target"
+    return res
+
+
+def _fmt(v) -> str:
+    return "-" if v is None else (f"{v:.4g}" if isinstance(v, float) else str(v))
+
+
+def format_table(results: list[LessonResult], *, markdown: bool = False) -> str:
+    """The report as a table: one row per lesson, then one row per target."""
+    rows = [("lesson", "status", "time (s)", "profile", "device", "metric", "value", "target")]
+    for r in results:
+        first = (r.id, r.status, f"{r.seconds:.1f}", r.profile, r.device)
+        shown = {t["metric"] for t in r.targets}
+        lines = []
+        for t in r.targets:
+            mark = {True: "met", False: "MISSED", None: "n/a (smoke)" if r.profile == "smoke" else "-"}[t["met"]]
+            lines.append((t["metric"], _fmt(t["value"]), f"{t['target']} {mark}"))
+        for name, value in r.metrics.items():
+            if name not in shown:
+                lines.append((name, _fmt(value), ""))
+        if not lines:
+            lines = [("-", "-", "")]
+        for i, line in enumerate(lines):
+            rows.append((first if i == 0 else ("", "", "", "", "")) + line)
+        if r.error:
+            rows.append(("", "error:", r.error.splitlines()[0][:100], "", "", "", "", ""))
+    if markdown:
+        out = ["| " + " | ".join(rows[0]) + " |", "|" + "---|" * len(rows[0])]
+        out += ["| " + " | ".join(c.replace("|", "\\|") for c in row) + " |" for row in rows[1:]]
+        return "\n".join(out)
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def run_lessons(lessons: list[Lesson], out: Path, *, profile: str = "auto", device: str = "auto", seed: int = 0,
+                timeout: int | None = None) -> list[LessonResult]:
+    """Run each lesson, write the report into ``out``, print the table; returns the results."""
+    import torch
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    progress = sys.stderr.isatty()
+    results = []
+    t0 = time.perf_counter()
+    for i, lesson in enumerate(lessons, 1):
+        print(f"[{i}/{len(lessons)}] {lesson.id}: running (profile={profile}, device={device}) ...", flush=True)
+        res = run_lesson(lesson, out, profile=profile, device=device, seed=seed, timeout=timeout, progress=progress)
+        print(f"[{i}/{len(lessons)}] {lesson.id}: {res.status} in {res.seconds:.1f} s"
+              + (f" -- {res.error.splitlines()[0]}" if res.error else ""), flush=True)
+        results.append(res)
+    report = {
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "total_seconds": round(time.perf_counter() - t0, 1),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores",
+        "all_passed": all(r.status == "passed" for r in results),
+        "lessons": [asdict(r) for r in results],
+    }
+    (out / "report.json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    md = [f"# Course run report", "", f"{report['created']} · torch {report['torch']} · "
+          f"{report['cuda'] or 'CPU'} · {report['machine']} · total {report['total_seconds']} s", "",
+          format_table(results, markdown=True), ""]
+    (out / "report.md").write_text("\n".join(md), encoding="utf-8")
+    print()
+    print(format_table(results))
+    passed = sum(r.status == "passed" for r in results)
+    print(f"\n{passed}/{len(results)} lessons passed in {report['total_seconds']} s. "
+          f"Executed notebooks and report: {out.resolve()}/ (report.md, report.json)")
+    return results

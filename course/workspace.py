@@ -1,0 +1,94 @@
+"""An nbgrader course directory (a "workspace") that the `course` command drives.
+
+nbgrader wants ``source/``, ``release/``, ``submitted/``, ``autograded/`` and a gradebook under one
+root. `course release` uses a throw-away workspace; `course grade` uses the instructor's ``--out``
+folder, so grading state never lands in the repository.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import logging
+import os
+import shutil
+import sys
+from pathlib import Path
+
+from course.lessons import root as course_root
+
+__all__ = ["Workspace", "tool_environment"]
+
+CONFIG_TEMPLATE = '''# Written by the `course` command: nbgrader settings for this workspace.
+c = get_config()  # noqa: F821
+load_subconfig({base!r})
+c.CourseDirectory.root = {root!r}
+c.CourseDirectory.db_url = {db!r}
+c.Execute.timeout = {timeout}
+'''
+
+
+def tool_environment() -> None:
+    """Make nbgrader's helper programs (alembic) and the venv's kernel findable from any shell."""
+    bindir = str(Path(sys.executable).parent)
+    path = os.environ.get("PATH", "")
+    if bindir not in path.split(os.pathsep):
+        os.environ["PATH"] = bindir + os.pathsep + path
+
+
+class Workspace:
+    """An nbgrader course root at ``path`` whose ``source/`` mirrors the course's ``solutions/``."""
+
+    def __init__(self, path: Path, *, timeout: int = 60):
+        self.path = Path(path).resolve()
+        self.timeout = int(timeout)
+        self.db_path = self.path / "gradebook.db"
+        self.db_url = f"sqlite:///{self.db_path}"
+
+    def prepare(self, lesson_ids: list[str]) -> "Workspace":
+        """Create the folder, its nbgrader_config.py, and a fresh ``source/<id>/`` per lesson."""
+        tool_environment()
+        self.path.mkdir(parents=True, exist_ok=True)
+        base = course_root() / "autograde" / "nbgrader_config.py"
+        (self.path / "nbgrader_config.py").write_text(
+            CONFIG_TEMPLATE.format(base=str(base), root=str(self.path), db=self.db_url, timeout=self.timeout),
+            encoding="utf-8")
+        for lesson_id in lesson_ids:
+            src = course_root() / "solutions" / lesson_id
+            dst = self.path / "source" / lesson_id
+            if dst.exists():
+                shutil.rmtree(dst)
+            shutil.copytree(src, dst, ignore=shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__"))
+        return self
+
+    def api(self):
+        """An ``NbGraderAPI`` bound to this workspace (its config file and gradebook)."""
+        from nbgrader.apps import NbGraderAPI
+        from nbgrader.coursedir import CourseDirectory
+        from traitlets.config.loader import PyFileConfigLoader
+
+        cfg = PyFileConfigLoader("nbgrader_config.py", path=str(self.path)).load_config()
+        coursedir = CourseDirectory(config=cfg)
+        return NbGraderAPI(coursedir=coursedir, config=cfg)
+
+    def generate(self, lesson_id: str) -> Path:
+        """nbgrader generate_assignment: the student version lands in ``release/<id>/``."""
+        with quiet_logs():
+            result = self.api().generate_assignment(lesson_id, force=True, create=True)
+        if not result.get("success"):
+            raise RuntimeError(f"nbgrader could not generate {lesson_id}:\n{result.get('error') or result.get('log')}")
+        return self.path / "release" / lesson_id / f"{lesson_id}.ipynb"
+
+
+@contextlib.contextmanager
+def quiet_logs():
+    """Silence nbgrader's chatty INFO logging on the terminal (its API captures the log anyway)."""
+    logger = logging.getLogger("traitlets")
+    level = logger.level
+    logger.setLevel(logging.WARNING)
+    sink = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(sink):
+            yield sink
+    finally:
+        logger.setLevel(level)

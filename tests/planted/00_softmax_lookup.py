@@ -1,0 +1,70 @@
+"""Planted bugs and correct alternative styles for lesson 00 (see CONTRIBUTING.md)."""
+
+LESSON = "00_softmax_lookup"
+
+VARIANTS = {
+    "softmax_no_max_subtraction": {
+        "replace": {"softmax": """
+            def softmax(x, dim=-1):
+                e = x.exp()
+                return e / e.sum(dim=dim, keepdim=True)
+        """},
+        "must_fail": ["test_softmax_stable"],
+    },
+    "softmax_wrong_axis": {
+        "replace": {"softmax": """
+            def softmax(x, dim=-1):
+                shifted = x - x.amax(dim=0, keepdim=True)
+                e = shifted.exp()
+                return e / e.sum(dim=0, keepdim=True)
+        """},
+        "must_fail": ["test_softmax_dim"],
+    },
+    "temperature_multiplies": {
+        "replace": {"soft_lookup": """
+            def soft_lookup(query, keys, values, temperature=1.0):
+                weights = softmax(keys @ query * temperature, dim=-1)
+                return weights @ values, weights
+        """},
+        "must_fail": ["test_soft_lookup_temperature"],
+    },
+    "lookup_returns_keys": {
+        "replace": {"soft_lookup": """
+            def soft_lookup(query, keys, values, temperature=1.0):
+                weights = softmax(keys @ query / temperature, dim=-1)
+                return weights @ keys, weights
+        """},
+        "must_fail": ["test_soft_lookup_values"],
+    },
+    # Correct solutions written another way: they must keep full marks.
+    "loop_and_logsumexp_style": {
+        "replace": {
+            "softmax": """
+                import torch
+                def softmax(x, dim=-1):
+                    # log-sum-exp form: exp(x - logsumexp(x)), stable for the same reason
+                    return torch.exp(x - torch.logsumexp(x, dim=dim, keepdim=True))
+            """,
+            "soft_lookup": """
+                import torch
+                def soft_lookup(query, keys, values, temperature=1.0):
+                    scores = torch.stack([torch.dot(k, query) for k in keys]) / temperature
+                    w = softmax(scores)
+                    out = torch.zeros(values.shape[1], dtype=values.dtype)
+                    for wi, vi in zip(w, values):
+                        out = out + wi * vi
+                    return out, w
+            """,
+        },
+        "must_fail": [],
+    },
+    "einsum_style": {
+        "replace": {"soft_lookup": """
+            import torch
+            def soft_lookup(query, keys, values, temperature=1.0):
+                w = softmax(torch.einsum("nd,d->n", keys, query) / temperature)
+                return torch.einsum("n,nv->v", w, values), w
+        """},
+        "must_fail": [],
+    },
+}

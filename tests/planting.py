@@ -1,0 +1,71 @@
+"""Build graded-looking submissions from the reference solutions, with chosen cells replaced.
+
+A planted-bug file ``tests/planted/<lesson>.py`` defines ``LESSON`` and ``VARIANTS``
+(see CONTRIBUTING.md). A submission is the student notebook (as released) whose solution cells are
+filled with the reference solution's code, except the cells a variant replaces.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+import textwrap
+from pathlib import Path
+
+import nbformat
+
+ROOT = Path(__file__).resolve().parents[1]
+PLANTED = Path(__file__).resolve().parent / "planted"
+_MARKER = re.compile(r"^[ \t]*### (BEGIN|END) SOLUTION[ \t]*\n?", re.M)
+
+
+def solution_sources(lesson: str) -> dict[str, str]:
+    """grade_id -> the reference code of each solution cell, solution markers removed."""
+    nb = nbformat.read(str(ROOT / "solutions" / lesson / f"{lesson}.ipynb"), as_version=4)
+    out = {}
+    for cell in nb.cells:
+        meta = cell.metadata.get("nbgrader", {})
+        if meta.get("solution") and cell.cell_type == "code":
+            out[meta["grade_id"]] = _MARKER.sub("", cell.source)
+    return out
+
+
+def build_submission(lesson: str, replace: dict[str, str] | None = None, *, fill: bool = True):
+    """The student notebook with solution cells filled in (or, with ``fill=False``, left untouched)."""
+    nb = nbformat.read(str(ROOT / "notebooks" / lesson / f"{lesson}.ipynb"), as_version=4)
+    sources = solution_sources(lesson) if fill else {}
+    replace = replace or {}
+    unknown = set(replace) - set(solution_sources(lesson))
+    if unknown:
+        raise KeyError(f"{lesson}: planted variant replaces unknown solution cells {sorted(unknown)}")
+    for cell in nb.cells:
+        gid = cell.metadata.get("nbgrader", {}).get("grade_id")
+        if cell.metadata.get("nbgrader", {}).get("solution"):
+            if gid in replace:
+                cell.source = textwrap.dedent(replace[gid]).strip("\n")
+            elif gid in sources:
+                cell.source = sources[gid]
+    return nb
+
+
+def write_submission(folder: Path, student: str, lesson: str, nb) -> Path:
+    path = folder / student / lesson / f"{lesson}.ipynb"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    nbformat.write(nb, str(path))
+    return path
+
+
+def load_planted() -> dict[str, dict]:
+    """lesson id -> VARIANTS, from every tests/planted/<lesson>.py."""
+    found = {}
+    for path in sorted(PLANTED.glob("[0-9]*.py")):
+        spec = importlib.util.spec_from_file_location(f"planted_{path.stem}", path)
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        found[mod.LESSON] = mod.VARIANTS
+    return found
+
+
+def results_by_key(results_json: Path) -> dict[tuple[str, str], dict]:
+    return {(r["student"], r["lesson"]): r for r in json.loads(results_json.read_text())}

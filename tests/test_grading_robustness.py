@@ -1,0 +1,139 @@
+"""Bad submissions get a clear status and the score an instructor would expect; others are unaffected."""
+
+from __future__ import annotations
+
+import csv
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from planting import build_submission, results_by_key, write_submission
+
+COURSE = str(Path(sys.executable).parent / "course")
+LESSON = "00_softmax_lookup"
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("grade-robustness")]
+
+
+def _grade(subs: Path, out: Path, timeout: int = 60) -> subprocess.CompletedProcess:
+    return subprocess.run([COURSE, "grade", str(subs), "--out", str(out), "--timeout", str(timeout)],
+                          capture_output=True, text=True, timeout=1200)
+
+
+@pytest.fixture(scope="module")
+def bad_bank(tmp_path_factory):
+    subs = tmp_path_factory.mktemp("bad-submissions")
+    write_submission(subs, "good", LESSON, build_submission(LESSON))
+    bad = subs / "invalid-json" / LESSON
+    bad.mkdir(parents=True)
+    (bad / f"{LESSON}.ipynb").write_text('{"cells": [ {"cell_type": "code", "sour', encoding="utf-8")
+    (subs / "missing-notebook" / LESSON).mkdir(parents=True)
+    (subs / "missing-notebook" / LESSON / "notes.txt").write_text("I forgot to upload it")
+    renamed = subs / "misnamed" / LESSON
+    renamed.mkdir(parents=True)
+    nbformat.write(build_submission(LESSON), str(renamed / f"{LESSON} (1).ipynb"))
+    write_submission(subs, "infinite-loop", LESSON, build_submission(LESSON, {"soft_lookup": "while True:\n    pass"}))
+    nb = build_submission(LESSON)
+    nb.cells = [c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") != "test_softmax_stable"]
+    write_submission(subs, "deleted-test-cell", LESSON, nb)
+    write_submission(subs, "stderr-writer", LESSON, build_submission(LESSON, {"softmax": """
+        import sys
+        def softmax(x, dim=-1):
+            print("debug: softmax called", file=sys.stderr)
+            e = (x - x.amax(dim=dim, keepdim=True)).exp()
+            return e / e.sum(dim=dim, keepdim=True)
+    """}))
+    write_submission(subs, "kernel-death", LESSON, build_submission(LESSON, {"soft_lookup": "import os\nos._exit(1)"}))
+    out = tmp_path_factory.mktemp("bad-graded")
+    proc = _grade(subs, out, timeout=10)
+    return proc, results_by_key(out / "results.json"), out
+
+
+def _r(bank, student):
+    return bank[1][(student, LESSON)]
+
+
+def test_grader_finishes_and_flags_what_needs_a_look(bad_bank):
+    proc, results, out = bad_bank
+    assert proc.returncode == 1, proc.stdout + proc.stderr       # some submissions need a look
+    assert "need a look" in proc.stdout
+    rows = list(csv.DictReader(open(out / "grades.csv")))
+    assert {r["student"] for r in rows} == {s for s, _ in results}
+    assert len(rows) == 8
+
+
+def test_good_submission_unaffected(bad_bank):
+    r = _r(bad_bank, "good")
+    assert r["status"] == "graded" and r["score"] == r["max_score"] > 0
+
+
+def test_invalid_json(bad_bank):
+    r = _r(bad_bank, "invalid-json")
+    assert r["status"] == "invalid-notebook" and r["score"] == 0
+    assert "not a valid notebook" in r["detail"]
+
+
+def test_missing_notebook(bad_bank):
+    r = _r(bad_bank, "missing-notebook")
+    assert r["status"] == "missing-notebook" and r["score"] == 0
+    assert f"{LESSON}.ipynb" in r["detail"] and "notes.txt" not in r["detail"] or "nothing" in r["detail"]
+
+
+def test_misnamed_notebook_is_graded(bad_bank):
+    r = _r(bad_bank, "misnamed")
+    assert r["status"] == "graded" and r["score"] == r["max_score"]
+    assert "expected the name" in r["detail"]
+
+
+def test_infinite_loop_is_stopped_and_the_rest_graded(bad_bank):
+    r = _r(bad_bank, "infinite-loop")
+    assert r["status"] == "timeout", r["detail"]
+    cells = {c["grade_id"]: c for c in r["cells"]}
+    assert cells["test_softmax_basic"]["passed"]             # softmax was fine: its tests still count
+    assert not cells["test_soft_lookup_values"]["passed"]
+    assert 0 < r["score"] < r["max_score"]
+
+
+def test_deleted_test_cell_scores_zero_there(bad_bank):
+    r = _r(bad_bank, "deleted-test-cell")
+    assert r["status"] == "test-cells-deleted"
+    cells = {c["grade_id"]: c for c in r["cells"]}
+    assert cells["test_softmax_stable"]["points"] == 0
+    assert r["score"] == r["max_score"] - cells["test_softmax_stable"]["max_points"]
+
+
+def test_stderr_output_costs_nothing(bad_bank):
+    r = _r(bad_bank, "stderr-writer")
+    assert r["status"] == "graded" and r["score"] == r["max_score"], r["cells"]
+
+
+def test_kernel_death_is_reported(bad_bank):
+    r = _r(bad_bank, "kernel-death")
+    assert r["status"] in ("kernel-died", "autograde-failed", "graded")
+    assert r["score"] < r["max_score"]
+    if r["status"] != "graded":
+        assert r["detail"]
+
+
+def test_regrading_is_idempotent(tmp_path):
+    subs = tmp_path / "subs"
+    write_submission(subs, "alice", LESSON, build_submission(LESSON))
+    write_submission(subs, "bob", LESSON, build_submission(LESSON, {"softmax": "def softmax(x, dim=-1):\n    e = x.exp()\n    return e / e.sum(dim, keepdim=True)"}))
+    out = tmp_path / "out"
+    first = _grade(subs, out)
+    grades1 = (out / "grades.csv").read_text()
+    cells1 = [(r["student"], [(c["grade_id"], c["points"]) for c in r["cells"]]) for r in json.loads((out / "results.json").read_text())]
+    second = _grade(subs, out)
+    assert first.returncode == second.returncode == 0, second.stdout + second.stderr
+    assert (out / "grades.csv").read_text() == grades1
+    cells2 = [(r["student"], [(c["grade_id"], c["points"]) for c in r["cells"]]) for r in json.loads((out / "results.json").read_text())]
+    assert cells1 == cells2
+    assert (subs / "alice" / LESSON / f"{LESSON}.ipynb").is_file()      # the submissions are untouched
+
+
+def test_not_a_folder(tmp_path):
+    proc = _grade(tmp_path / "nope", tmp_path / "out")
+    assert proc.returncode != 0 and "is not a folder" in (proc.stdout + proc.stderr)
