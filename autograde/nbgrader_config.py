@@ -20,6 +20,9 @@ c.Execute.timeout = 60
 c.Execute.interrupt_on_timeout = True
 c.Execute.allow_errors = True
 c.Execute.kernel_name = "python3"
+# After a cell finishes, wait this long for its last output: nbclient's 4 s default fails cells
+# spuriously on a loaded machine (several kernels grading at once).
+c.Execute.iopub_timeout = 30
 
 # Never copy bulky or private folders into releases or submissions.
 c.CourseDirectory.ignore = [".ipynb_checkpoints", "*.pyc", "__pycache__", "feedback", ".DS_Store"]

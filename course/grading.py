@@ -81,6 +81,12 @@ def _error_message(cell) -> str:
     return ""
 
 
+def _last_error_line(log: str) -> str:
+    """The most telling line of nbgrader's log: the last exception it reports."""
+    lines = [ln.strip() for ln in log.splitlines() if re.match(r"\s*[\w.]+(Error|Exception)\b", ln)]
+    return (lines[0] if lines else (log.strip().splitlines() or ["no log"])[-1])[:300]
+
+
 def _find_notebook(folder: Path, lesson: str) -> tuple[Path | None, str]:
     expected = folder / f"{lesson}.ipynb"
     if expected.is_file():
@@ -163,13 +169,13 @@ def _grade_one(ws: Workspace, student: str, lesson: str, nb, source_nb, note: st
     except Exception as exc:  # noqa: BLE001 - nbgrader itself failed: report, go on
         outcome = {"success": False, "error": f"{type(exc).__name__}: {exc}"}
     graded_path = graded_dir / f"{lesson}.ipynb"
-    log = str(outcome.get("error") or outcome.get("log") or "")
+    log = str(outcome.get("log") or "") + "\n" + str(outcome.get("error") or "")
     if not outcome.get("success") or not graded_path.is_file():
         dead = "DeadKernel" in log or "Kernel died" in log or "UnresponsiveKernel" in log
         res.status = "kernel-died" if dead else "autograde-failed"
         res.detail = ("the kernel died while running the notebook (os._exit, a crash, or out of memory); "
                       "nothing could be graded automatically, look at it by hand") if dead else \
-            "nbgrader could not grade this notebook: " + (log.strip().splitlines() or ["no log"])[-1][:300]
+            "nbgrader could not grade this notebook: " + _last_error_line(log)
         res.cells = [CellResult(g, 0.0, float(c.metadata.nbgrader.get("points", 0)), False, "not graded")
                      for g, c in zip(wanted, _grade_cells(source_nb))]
         return res
