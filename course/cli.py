@@ -76,7 +76,10 @@ def _cmd_lab(args) -> int:
     from course.workspace import tool_environment
 
     tool_environment()
-    cmd = [sys.executable, "-m", "jupyter", "lab", f"--notebook-dir={root() / 'notebooks'}"] + args.extra
+    cmd = [sys.executable, "-m", "jupyter", "lab", f"--notebook-dir={root() / 'notebooks'}"]
+    if hasattr(os, "geteuid") and os.geteuid() == 0 and "--allow-root" not in args.extra:
+        cmd.append("--allow-root")   # containers and workshop VMs often run as root
+    cmd += args.extra
     print("Starting JupyterLab on the student notebooks:", " ".join(cmd))
     os.execv(sys.executable, cmd)
     return 0  # pragma: no cover
@@ -124,14 +127,19 @@ def build_parser() -> argparse.ArgumentParser:
     d.set_defaults(func=_cmd_doctor)
 
     lab = sub.add_parser("lab", help="start JupyterLab on the student notebooks",
-                         description="Start JupyterLab (nbgrader and ipywidgets extensions) in notebooks/.")
-    lab.add_argument("extra", nargs=argparse.REMAINDER, help="extra arguments for jupyter lab")
+                         description="Start JupyterLab (nbgrader and ipywidgets extensions) in notebooks/. "
+                                     "Other options (--port, --no-browser, ...) go to jupyter lab.")
+    lab.set_defaults(extra=[])
     lab.set_defaults(func=_cmd_lab)
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, unknown = parser.parse_known_args(argv)
+    if unknown and args.command != "lab":
+        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
+    args.extra = unknown    # `course lab --port 8899 ...` passes options on to jupyter lab
     try:
         return int(args.func(args) or 0)
     except KeyboardInterrupt:
