@@ -1,0 +1,320 @@
+"""Planted-bug submissions and correct alternative styles for lesson 06 (multi-head attention).
+
+Each variant replaces whole solution cells (by grade_id) of the reference solution; ``must_fail``
+lists the test cells (by grade_id) that must lose points. An empty ``must_fail`` marks a correct
+solution in another style, which must keep full marks.
+
+The ``MultiHeadAttention`` variants are written out in full (a cell is replaced as a whole), from
+one template: ``_mha(...)`` fills in the parts a variant changes.
+"""
+
+LESSON = "06_multi_head_attention"
+
+# --------------------------------------------------------------------------------------------
+# split_heads / merge_heads
+# --------------------------------------------------------------------------------------------
+
+MERGE_WITHOUT_TRANSPOSE = '''
+def merge_heads(x):
+    B, H, T, Dh = x.shape
+    return x.reshape(B, T, H * Dh)               # right shape, but glues features of different tokens together
+'''
+
+SPLIT_WITHOUT_TRANSPOSE = '''
+def split_heads(x, n_heads):
+    B, T, D = x.shape
+    return x.reshape(B, n_heads, T, D // n_heads)  # right shape, but each "head" holds pieces of several tokens
+'''
+
+# Both halves wrong in the same way: the round trip is the identity, yet the heads are scrambled.
+SPLIT_WITHOUT_TRANSPOSE_MATCHING_MERGE = '''
+def merge_heads(x):
+    B, H, T, Dh = x.shape
+    return x.reshape(B, T, H * Dh)
+'''
+
+SPLIT_UNFLATTEN_STYLE = '''
+def split_heads(x, n_heads):
+    return x.unflatten(-1, (n_heads, -1)).permute(0, 2, 1, 3)    # (B, T, D) -> (B, T, H, Dh) -> (B, H, T, Dh)
+'''
+
+MERGE_PERMUTE_FLATTEN_STYLE = '''
+def merge_heads(x):
+    return x.permute(0, 2, 1, 3).flatten(start_dim=2)           # (B, H, T, Dh) -> (B, T, H, Dh) -> (B, T, H*Dh)
+'''
+
+MERGE_CAT_STYLE = '''
+def merge_heads(x):
+    return torch.cat(x.unbind(dim=1), dim=-1)                   # H tensors (B, T, Dh) side by side
+'''
+
+# --------------------------------------------------------------------------------------------
+# MultiHeadAttention
+# --------------------------------------------------------------------------------------------
+
+_INIT = '''
+class MultiHeadAttention(nn.Module):
+    def __init__(self, d_model, n_heads, dropout=0.0, bias=True):
+        super().__init__()
+        self.n_heads = n_heads
+        self.d_head = d_model // n_heads
+        self.w_q = nn.Linear(d_model, d_model, bias=bias)
+        self.w_k = nn.Linear(d_model, d_model, bias=bias)
+        self.w_v = nn.Linear(d_model, d_model, bias=bias)
+        self.w_o = nn.Linear(d_model, d_model, bias=bias)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, query, key, value, mask=None):
+'''
+
+_PROJECT = '''
+        q = split_heads(self.w_q(query), self.n_heads)
+        k = split_heads(self.w_k(key), self.n_heads)
+        v = split_heads(self.w_v(value), self.n_heads)
+'''
+
+_SCORES = '''
+        scores = q @ k.transpose(-2, -1) / math.sqrt(self.d_head)
+'''
+
+_MASK_AND_SOFTMAX = '''
+        if mask is not None:
+            scores = scores.masked_fill(~mask, float("-inf"))
+        weights = torch.softmax(scores, dim=-1)
+        if mask is not None:
+            weights = weights.masked_fill(~mask, 0.0)
+'''
+
+_DROPOUT = '''
+        weights = self.dropout(weights)
+'''
+
+_OUTPUT = '''
+        return self.w_o(merge_heads(weights @ v)), weights
+'''
+
+
+def _indent_join(*parts):
+    return "".join(p.strip("\n") + "\n" for p in parts)
+
+
+def _mha(project=_PROJECT, scores=_SCORES, mask_and_softmax=_MASK_AND_SOFTMAX, dropout=_DROPOUT, output=_OUTPUT,
+         init=_INIT):
+    return _indent_join(init, project, scores, mask_and_softmax, dropout, output)
+
+
+MHA_NO_OUTPUT_PROJECTION = _mha(output='''
+        return merge_heads(weights @ v), weights                # w_o is never used
+''')
+
+MHA_SCALE_BY_D_MODEL = _mha(scores='''
+        d_model = query.shape[-1]
+        scores = q @ k.transpose(-2, -1) / math.sqrt(d_model)   # the model width, not the head size
+''')
+
+MHA_SHARED_PROJECTION = _mha(project='''
+        q = split_heads(self.w_q(query), self.n_heads)
+        k = split_heads(self.w_q(key), self.n_heads)            # one projection for q, k and v
+        v = split_heads(self.w_q(value), self.n_heads)
+''')
+
+MHA_SELF_ATTENTION_ONLY = _mha(project='''
+        q = split_heads(self.w_q(query), self.n_heads)
+        k = split_heads(self.w_k(query), self.n_heads)          # ignores key and value: breaks cross-attention
+        v = split_heads(self.w_v(query), self.n_heads)
+''')
+
+MHA_SOFTMAX_OVER_QUERIES = _mha(mask_and_softmax='''
+        if mask is not None:
+            scores = scores.masked_fill(~mask, float("-inf"))
+        weights = torch.softmax(scores, dim=-2).nan_to_num(0.0)  # normalises over the queries
+''')
+
+MHA_MASK_INVERTED = _mha(mask_and_softmax='''
+        if mask is not None:
+            scores = scores.masked_fill(mask, float("-inf"))     # nn.MultiheadAttention's convention: True = blocked
+        weights = torch.softmax(scores, dim=-1).nan_to_num(0.0)
+''')
+
+MHA_MASK_AFTER_SOFTMAX = _mha(mask_and_softmax='''
+        weights = torch.softmax(scores, dim=-1)
+        if mask is not None:
+            weights = weights * mask                             # rows no longer sum to 1
+''')
+
+MHA_NAN_ON_FULLY_MASKED = _mha(mask_and_softmax='''
+        if mask is not None:
+            scores = scores.masked_fill(~mask, float("-inf"))
+        weights = torch.softmax(scores, dim=-1)                  # a row of -inf becomes NaN
+''')
+
+MHA_UNIFORM_ON_FULLY_MASKED = _mha(mask_and_softmax='''
+        if mask is not None:
+            scores = scores.masked_fill(~mask, -1e9)             # finite fill: a fully masked row becomes uniform
+        weights = torch.softmax(scores, dim=-1)
+''')
+
+MHA_DROPOUT_ALWAYS_ON = _mha(dropout='''
+        weights = F.dropout(weights, p=self.dropout.p)           # training=True by default: also drops in eval mode
+''')
+
+MHA_NO_DROPOUT = _mha(dropout='''
+        pass                                                     # dropout is ignored
+''')
+
+MHA_NO_BIAS_OPTION = _mha(init='''
+class MultiHeadAttention(nn.Module):
+    def __init__(self, d_model, n_heads, dropout=0.0, bias=True):
+        super().__init__()
+        self.n_heads = n_heads
+        self.d_head = d_model // n_heads
+        self.w_q = nn.Linear(d_model, d_model)                   # bias=... ignored
+        self.w_k = nn.Linear(d_model, d_model)
+        self.w_v = nn.Linear(d_model, d_model)
+        self.w_o = nn.Linear(d_model, d_model)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, query, key, value, mask=None):
+''')
+
+# ---- correct alternative styles --------------------------------------------------------------
+
+MHA_EINSUM_STYLE = '''
+class MultiHeadAttention(nn.Module):
+    def __init__(self, d_model, n_heads, dropout=0.0, bias=True):
+        super().__init__()
+        self.n_heads, self.d_head = n_heads, d_model // n_heads
+        self.w_q = nn.Linear(d_model, d_model, bias=bias)
+        self.w_k = nn.Linear(d_model, d_model, bias=bias)
+        self.w_v = nn.Linear(d_model, d_model, bias=bias)
+        self.w_o = nn.Linear(d_model, d_model, bias=bias)
+        self.p = dropout
+
+    def forward(self, query, key, value, mask=None):
+        B, Tq, D = query.shape
+        Tk = key.shape[1]
+        H, Dh = self.n_heads, self.d_head
+        q = self.w_q(query).view(B, Tq, H, Dh)
+        k = self.w_k(key).view(B, Tk, H, Dh)
+        v = self.w_v(value).view(B, Tk, H, Dh)
+        scores = torch.einsum("bqhd,bkhd->bhqk", q, k) * Dh ** -0.5
+        if mask is not None:
+            mask = torch.broadcast_to(mask, scores.shape)
+            scores = torch.where(mask, scores, torch.full_like(scores, float("-inf")))
+        weights = torch.softmax(scores, dim=-1)
+        if mask is not None:
+            weights = torch.where(mask, weights, torch.zeros_like(weights))
+        weights = F.dropout(weights, self.p, training=self.training)
+        out = torch.einsum("bhqk,bkhd->bqhd", weights, v).reshape(B, Tq, D)
+        return self.w_o(out), weights
+'''
+
+MHA_LOOP_OVER_HEADS_STYLE = '''
+class MultiHeadAttention(nn.Module):
+    def __init__(self, d_model, n_heads, dropout=0.0, bias=True):
+        super().__init__()
+        self.n_heads = n_heads
+        self.d_head = d_model // n_heads
+        self.w_q = nn.Linear(d_model, d_model, bias=bias)
+        self.w_k = nn.Linear(d_model, d_model, bias=bias)
+        self.w_v = nn.Linear(d_model, d_model, bias=bias)
+        self.w_o = nn.Linear(d_model, d_model, bias=bias)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, query, key, value, mask=None):
+        Q, K, V = self.w_q(query), self.w_k(key), self.w_v(value)
+        heads, maps = [], []
+        for h in range(self.n_heads):                            # one head at a time, as in the paper's formula
+            cols = slice(h * self.d_head, (h + 1) * self.d_head)
+            s = Q[..., cols] @ K[..., cols].transpose(-2, -1) / math.sqrt(self.d_head)   # (B, Tq, Tk)
+            if mask is not None:
+                m = mask.expand(Q.shape[0], self.n_heads, Q.shape[1], K.shape[1])[:, h]
+                s = s.masked_fill(~m, torch.finfo(s.dtype).min)
+            w = torch.softmax(s, dim=-1)
+            if mask is not None:
+                w = w * m
+            w = self.dropout(w)
+            heads.append(w @ V[..., cols])
+            maps.append(w)
+        return self.w_o(torch.cat(heads, dim=-1)), torch.stack(maps, dim=1)
+'''
+
+MHA_NAN_TO_NUM_STYLE = _mha(mask_and_softmax='''
+        if mask is not None:
+            scores = scores.masked_fill(~mask, float("-inf"))
+        weights = torch.nan_to_num(torch.softmax(scores, dim=-1), nan=0.0)
+''')
+
+VARIANTS = {
+    # ---- split / merge
+    "merge_heads_without_transpose": {
+        "replace": {"merge_heads": MERGE_WITHOUT_TRANSPOSE},
+        "must_fail": ["test_merge_heads", "test_mha_matches_torch"],
+    },
+    "split_heads_without_transpose": {
+        "replace": {"split_heads": SPLIT_WITHOUT_TRANSPOSE},
+        "must_fail": ["test_split_heads", "test_mha_matches_torch"],
+    },
+    "split_and_merge_both_without_transpose": {
+        "replace": {"split_heads": SPLIT_WITHOUT_TRANSPOSE, "merge_heads": SPLIT_WITHOUT_TRANSPOSE_MATCHING_MERGE},
+        "must_fail": ["test_split_heads", "test_merge_heads", "test_mha_matches_torch", "test_mha_scale"],
+    },
+    # ---- MultiHeadAttention
+    "mha_no_output_projection": {
+        "replace": {"MultiHeadAttention": MHA_NO_OUTPUT_PROJECTION},
+        "must_fail": ["test_mha_matches_torch", "test_mha_gradients"],
+    },
+    "mha_scale_by_d_model": {
+        "replace": {"MultiHeadAttention": MHA_SCALE_BY_D_MODEL},
+        "must_fail": ["test_mha_scale", "test_mha_matches_torch"],
+    },
+    "mha_shared_qkv_projection": {
+        "replace": {"MultiHeadAttention": MHA_SHARED_PROJECTION},
+        "must_fail": ["test_mha_matches_torch", "test_mha_gradients"],
+    },
+    "mha_self_attention_only": {
+        "replace": {"MultiHeadAttention": MHA_SELF_ATTENTION_ONLY},
+        "must_fail": ["test_mha_cross_attention"],
+    },
+    "mha_softmax_over_queries": {
+        "replace": {"MultiHeadAttention": MHA_SOFTMAX_OVER_QUERIES},
+        "must_fail": ["test_mha_weights_are_distributions", "test_mha_matches_torch"],
+    },
+    "mha_mask_inverted": {
+        "replace": {"MultiHeadAttention": MHA_MASK_INVERTED},
+        "must_fail": ["test_mha_masks"],
+    },
+    "mha_mask_after_softmax": {
+        "replace": {"MultiHeadAttention": MHA_MASK_AFTER_SOFTMAX},
+        "must_fail": ["test_mha_masks"],
+    },
+    "mha_nan_on_fully_masked_row": {
+        "replace": {"MultiHeadAttention": MHA_NAN_ON_FULLY_MASKED},
+        "must_fail": ["test_mha_fully_masked_row"],
+    },
+    "mha_uniform_on_fully_masked_row": {
+        "replace": {"MultiHeadAttention": MHA_UNIFORM_ON_FULLY_MASKED},
+        "must_fail": ["test_mha_fully_masked_row"],
+    },
+    "mha_dropout_in_eval_mode": {
+        "replace": {"MultiHeadAttention": MHA_DROPOUT_ALWAYS_ON},
+        "must_fail": ["test_mha_dropout"],
+    },
+    "mha_dropout_ignored": {
+        "replace": {"MultiHeadAttention": MHA_NO_DROPOUT},
+        "must_fail": ["test_mha_dropout"],
+    },
+    "mha_bias_argument_ignored": {
+        "replace": {"MultiHeadAttention": MHA_NO_BIAS_OPTION},
+        "must_fail": ["test_mha_shapes"],
+    },
+    # ---- correct alternative styles: full marks
+    "split_merge_unflatten_permute_style": {
+        "replace": {"split_heads": SPLIT_UNFLATTEN_STYLE, "merge_heads": MERGE_PERMUTE_FLATTEN_STYLE},
+        "must_fail": [],
+    },
+    "merge_heads_cat_style": {"replace": {"merge_heads": MERGE_CAT_STYLE}, "must_fail": []},
+    "mha_einsum_style": {"replace": {"MultiHeadAttention": MHA_EINSUM_STYLE}, "must_fail": []},
+    "mha_loop_over_heads_style": {"replace": {"MultiHeadAttention": MHA_LOOP_OVER_HEADS_STYLE}, "must_fail": []},
+    "mha_nan_to_num_style": {"replace": {"MultiHeadAttention": MHA_NAN_TO_NUM_STYLE}, "must_fail": []},
+}
