@@ -5,15 +5,17 @@ from __future__ import annotations
 from typing import Mapping, Sequence
 
 import matplotlib.pyplot as plt
+import numpy as np
 import torch
 
 __all__ = ["heatmap", "bars", "curves", "grid"]
 
 
 def _np(x):
+    """Tensors, lists and arrays alike become a NumPy array."""
     if isinstance(x, torch.Tensor):
         return x.detach().float().cpu().numpy()
-    return x
+    return np.asarray(x, dtype=float)
 
 
 def heatmap(weights, *, rows: Sequence[str] | None = None, cols: Sequence[str] | None = None, title: str = "",

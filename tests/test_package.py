@@ -172,7 +172,7 @@ def test_fit_learns_a_linear_map():
 def test_plots_draw():
     ax = plots.heatmap(torch.rand(3, 4), rows=list("abc"), cols=list("wxyz"), title="t")
     assert ax.get_title() == "t" and len(ax.get_xticklabels()) == 4
-    ax = plots.bars(torch.tensor([0.2, 0.8]), ["a", "b"], highlight=1)
+    ax = plots.bars([0.2, 0.8], ["a", "b"], highlight=1)
     assert len(ax.patches) == 2
     ax = plots.curves({"a": [3, 2, 1], "b": [1, 1, 1]}, smooth=2)
     assert len(ax.lines) == 2
