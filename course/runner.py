@@ -71,6 +71,7 @@ def run_lesson(lesson: Lesson, out: Path, *, profile: str, device: str, seed: in
     res.notebook = str(executed)
     old = os.environ.get("COURSE_METRICS")
     os.environ["COURSE_METRICS"] = str(metrics_file)
+    os.environ["COURSE_HEADLESS"] = "1"      # widgets draw once, statically (see course.widgets)
     start = time.perf_counter()
     try:
         pm.execute_notebook(

@@ -1,12 +1,16 @@
 """Thin wrappers over ipywidgets, so a lesson's interactive cell is one readable call.
 
-When ipywidgets cannot render (no front end, or nbgrader executing), the function is simply called
-once with the default values, so the cell still shows a plot and never fails.
+When no person is watching -- nbgrader grading or validating, or `course run` executing a notebook
+(it sets ``COURSE_HEADLESS``) -- the function is simply called once with the default values: the
+saved notebook shows a static plot, and no widget comm can stall the executor (a known,
+intermittent nbclient hang with ipywidgets cells: jupyter/nbclient#312).
 """
 
 from __future__ import annotations
 
 from typing import Callable
+
+import os
 
 from course.config import grading
 
@@ -14,12 +18,12 @@ __all__ = ["interact"]
 
 
 def interact(fn: Callable, **controls):
-    """``ipywidgets.interact(fn, **controls)``; under nbgrader, ``fn`` with each control's default.
+    """``ipywidgets.interact(fn, **controls)``; headless, ``fn`` called once with each control's default.
 
     Controls are ipywidgets objects (``FloatSlider``, ``Dropdown``…) or the shorthand tuples and
     lists ``interact`` accepts.
     """
-    if not grading():
+    if not (grading() or os.environ.get("COURSE_HEADLESS")):
         try:
             import ipywidgets
 

@@ -199,3 +199,13 @@ def test_authoring_cells_and_tidy():
     assert nb.cells[1].source == "PROFILE = 'auto'\nSEED = 0"
     assert nb.cells[3].metadata.nbgrader["points"] == 1 and nb.cells[3].metadata.nbgrader["locked"]
     assert nb.metadata.course["targets"] == {"acc": ">= 0.5"}
+
+
+def test_widgets_draw_once_when_headless(monkeypatch):
+    import ipywidgets as W
+
+    monkeypatch.delenv("NBGRADER_EXECUTION", raising=False)
+    monkeypatch.setenv("COURSE_HEADLESS", "1")
+    seen = []
+    widgets.interact(lambda k, text: seen.append((k, text)), k=W.IntSlider(value=3), text="1 2 3")
+    assert seen == [(3, "1 2 3")]
