@@ -1,0 +1,202 @@
+"""Lesson 07's bridge to PyTorch: copy a learner's encoder block into ``nn.TransformerEncoderLayer``.
+
+Test cells use these helpers to compare a learner's ``EncoderBlock`` with PyTorch's own layer after
+copying the weights, so that "equal to ``nn.TransformerEncoderLayer``" is checked against PyTorch
+itself rather than against a second copy of the answer. Nothing here is a graded answer.
+
+The name mapping (ours -> ``nn.TransformerEncoderLayer``)::
+
+    self_attn.in_proj_weight, .in_proj_bias  -> self_attn.in_proj_weight, .in_proj_bias
+    self_attn.out_proj.weight, .bias         -> self_attn.out_proj.weight, .bias
+      (lesson 06's MultiHeadAttention works too: cat(w_q, w_k, w_v) -> in_proj_*, w_o -> out_proj)
+    ff.linear1.weight, .bias                 -> linear1.weight, .bias     (D -> d_ff)
+    ff.linear2.weight, .bias                 -> linear2.weight, .bias     (d_ff -> D)
+    norm1.weight, .bias                      -> norm1.weight, .bias
+    norm2.weight, .bias                      -> norm2.weight, .bias
+
+PyTorch's layer keeps ``linear1``/``linear2`` directly on the layer; ours groups them in a
+``FeedForward`` called ``ff`` (a block whose ``linear1``/``linear2`` sit directly on it is accepted
+too). The hyper-parameters (``d_model``, ``n_heads``, ``d_ff``, ``eps``, ``norm_first``) are read off
+the learner's modules, so a block built with other sizes is copied just as well.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+from torch import nn
+
+__all__ = [
+    "encoder_layer_state_dict",
+    "to_torch_encoder_layer",
+    "load_torch_encoder_layer",
+    "with_torch_norms",
+]
+
+
+def _get(module: nn.Module, dotted: str, what: str):
+    """``module.a.b`` by name, or an AssertionError that tells the learner which name is missing."""
+    obj = module
+    for part in dotted.split("."):
+        if not hasattr(obj, part):
+            raise AssertionError(
+                f"{what} has no attribute `{dotted}`. Name the sub-modules as PyTorch's "
+                "nn.TransformerEncoderLayer does: self_attn, ff (with linear1 and linear2), norm1, norm2."
+            )
+        obj = getattr(obj, part)
+    return obj
+
+
+def _feed_forward(ours: nn.Module):
+    """The two linear layers of the block's feed-forward network: ``ff.linear1/2`` or ``linear1/2``."""
+    owner = ours.ff if hasattr(ours, "ff") else ours
+    what = "your EncoderBlock's feed-forward network (self.ff)" if owner is not ours else "your EncoderBlock"
+    return _get(owner, "linear1", what), _get(owner, "linear2", what)
+
+
+def _attention_weights(attn: nn.Module) -> dict[str, torch.Tensor]:
+    """The attention's parameters under ``nn.MultiheadAttention``'s names."""
+    if isinstance(attn, nn.MultiheadAttention):
+        if attn.in_proj_weight is None:
+            raise AssertionError(
+                "your self_attn was built with kdim/vdim different from d_model; an encoder block's "
+                "self-attention uses nn.MultiheadAttention(d_model, n_heads, batch_first=True)."
+            )
+        out = {"in_proj_weight": attn.in_proj_weight, "out_proj.weight": attn.out_proj.weight}
+        if attn.in_proj_bias is not None:
+            out["in_proj_bias"] = attn.in_proj_bias
+            out["out_proj.bias"] = attn.out_proj.bias
+        return out
+    if all(hasattr(attn, n) for n in ("w_q", "w_k", "w_v", "w_o")):  # lesson 06's MultiHeadAttention
+        out = {
+            "in_proj_weight": torch.cat([attn.w_q.weight, attn.w_k.weight, attn.w_v.weight], dim=0),  # (3D, D)
+            "out_proj.weight": attn.w_o.weight,
+        }
+        if attn.w_q.bias is not None:
+            out["in_proj_bias"] = torch.cat([attn.w_q.bias, attn.w_k.bias, attn.w_v.bias], dim=0)  # (3D,)
+            out["out_proj.bias"] = attn.w_o.bias
+        return out
+    raise AssertionError(
+        f"your self_attn is a {type(attn).__name__}; use nn.MultiheadAttention(d_model, n_heads, "
+        "batch_first=True) (or lesson 06's MultiHeadAttention with w_q, w_k, w_v, w_o)."
+    )
+
+
+def _n_heads(attn: nn.Module) -> int:
+    for name in ("num_heads", "n_heads", "h"):
+        if hasattr(attn, name):
+            return int(getattr(attn, name))
+    raise AssertionError("your self_attn does not say how many heads it has (no num_heads or n_heads attribute).")
+
+
+def encoder_layer_state_dict(ours: nn.Module) -> dict[str, torch.Tensor]:
+    """The learner's block's weights under ``nn.TransformerEncoderLayer``'s parameter names.
+
+    Args:
+        ours: an encoder block with sub-modules ``self_attn``, ``ff.linear1``, ``ff.linear2``,
+            ``norm1``, ``norm2`` (see the module docstring for the mapping).
+
+    Returns:
+        A state dict (detached clones) that ``nn.TransformerEncoderLayer.load_state_dict`` accepts.
+    """
+    state = {f"self_attn.{k}": v for k, v in _attention_weights(_get(ours, "self_attn", "your EncoderBlock")).items()}
+    linear1, linear2 = _feed_forward(ours)
+    for name, lin in (("linear1", linear1), ("linear2", linear2)):
+        state[f"{name}.weight"] = lin.weight
+        if lin.bias is not None:
+            state[f"{name}.bias"] = lin.bias
+    for name in ("norm1", "norm2"):
+        norm = _get(ours, name, "your EncoderBlock")
+        state[f"{name}.weight"] = _get(norm, "weight", f"your EncoderBlock's {name}")
+        state[f"{name}.bias"] = _get(norm, "bias", f"your EncoderBlock's {name}")
+    return {k: v.detach().clone() for k, v in state.items()}
+
+
+def to_torch_encoder_layer(ours: nn.Module, *, norm_first: bool | None = None, dropout: float = 0.0,
+                           activation: str = "relu") -> nn.TransformerEncoderLayer:
+    """PyTorch's ``nn.TransformerEncoderLayer`` holding a copy of the learner's block's weights.
+
+    Args:
+        ours: the learner's encoder block (see the module docstring for the names it needs).
+        norm_first: pre-norm (True) or post-norm (False); by default read from ``ours.norm_first``.
+        dropout: the PyTorch layer's dropout (compare in eval mode, or with 0.0).
+        activation: the feed-forward activation (``"relu"`` as in the original Transformer).
+
+    Returns:
+        An ``nn.TransformerEncoderLayer(batch_first=True)`` on the learner's device and dtype, in the
+        same train/eval mode as ``ours``, whose forward should equal ``ours.forward``.
+    """
+    if norm_first is None:
+        if not hasattr(ours, "norm_first"):
+            raise AssertionError("your EncoderBlock should remember its setting: store `self.norm_first = norm_first` in __init__.")
+        norm_first = bool(ours.norm_first)
+    attn = _get(ours, "self_attn", "your EncoderBlock")
+    linear1, _ = _feed_forward(ours)
+    norm1 = _get(ours, "norm1", "your EncoderBlock")
+    d_model = int(_get(norm1, "weight", "your EncoderBlock's norm1").numel())
+    eps = float(getattr(norm1, "eps", 1e-5))
+    layer = nn.TransformerEncoderLayer(
+        d_model, _n_heads(attn), dim_feedforward=linear1.out_features, dropout=dropout, activation=activation,
+        layer_norm_eps=eps, batch_first=True, norm_first=norm_first,
+    )
+    param = linear1.weight
+    layer = layer.to(device=param.device, dtype=param.dtype)
+    missing, unexpected = layer.load_state_dict(encoder_layer_state_dict(ours), strict=False)
+    if missing or unexpected:
+        raise AssertionError(
+            f"your EncoderBlock's weights do not fit nn.TransformerEncoderLayer: missing {sorted(missing)}, "
+            f"unexpected {sorted(unexpected)}. Keep bias=True everywhere, as PyTorch's layer does."
+        )
+    layer.train(ours.training)
+    return layer
+
+
+def load_torch_encoder_layer(ours: nn.Module, layer: nn.TransformerEncoderLayer) -> nn.Module:
+    """Copy a PyTorch ``nn.TransformerEncoderLayer``'s weights into the learner's block (in place).
+
+    The inverse of :func:`to_torch_encoder_layer`. Only blocks whose ``self_attn`` is an
+    ``nn.MultiheadAttention`` are supported. Returns ``ours``.
+    """
+    attn = _get(ours, "self_attn", "your EncoderBlock")
+    if not isinstance(attn, nn.MultiheadAttention):
+        raise AssertionError("load_torch_encoder_layer needs self_attn to be an nn.MultiheadAttention.")
+    linear1, linear2 = _feed_forward(ours)
+    pairs = [
+        (attn.in_proj_weight, layer.self_attn.in_proj_weight), (attn.in_proj_bias, layer.self_attn.in_proj_bias),
+        (attn.out_proj.weight, layer.self_attn.out_proj.weight), (attn.out_proj.bias, layer.self_attn.out_proj.bias),
+        (linear1.weight, layer.linear1.weight), (linear1.bias, layer.linear1.bias),
+        (linear2.weight, layer.linear2.weight), (linear2.bias, layer.linear2.bias),
+        (ours.norm1.weight, layer.norm1.weight), (ours.norm1.bias, layer.norm1.bias),
+        (ours.norm2.weight, layer.norm2.weight), (ours.norm2.bias, layer.norm2.bias),
+    ]
+    with torch.no_grad():
+        for dst, src in pairs:
+            if dst is None or src is None:
+                continue
+            if dst.shape != src.shape:
+                raise AssertionError(f"a parameter of your EncoderBlock has shape {tuple(dst.shape)}; PyTorch's has {tuple(src.shape)}.")
+            dst.copy_(src)
+    return ours
+
+
+def with_torch_norms(block: nn.Module) -> nn.Module:
+    """A deep copy of ``block`` whose ``norm1``/``norm2`` are PyTorch's ``nn.LayerNorm`` (same weights).
+
+    Test cells about the block's wiring use it, so that a mistake in the learner's own LayerNorm
+    costs points in the LayerNorm tests only, not again in every block test.
+    """
+    block = copy.deepcopy(block)
+    for name in ("norm1", "norm2"):
+        ours = getattr(block, name, None)
+        if ours is None or not hasattr(ours, "weight") or not hasattr(ours, "bias"):
+            continue
+        weight = ours.weight
+        torch_norm = nn.LayerNorm(weight.shape[-1], eps=float(getattr(ours, "eps", 1e-5)),
+                                  device=weight.device, dtype=weight.dtype)
+        with torch.no_grad():
+            torch_norm.weight.copy_(weight)
+            torch_norm.bias.copy_(ours.bias)
+        torch_norm.train(ours.training)
+        setattr(block, name, torch_norm)
+    return block

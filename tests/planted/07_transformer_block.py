@@ -1,0 +1,298 @@
+"""Planted-bug submissions and correct alternative styles for lesson 07 (the Transformer block).
+
+Each variant replaces whole solution cells (by grade_id) of the reference solution; ``must_fail``
+lists the test cells (by grade_id) that must lose points. An empty ``must_fail`` marks a correct
+solution in another style, which must keep full marks.
+"""
+
+LESSON = "07_transformer_block"
+
+# --------------------------------------------------------------------------------------------
+# sinusoidal_encoding
+# --------------------------------------------------------------------------------------------
+
+PE_HALVES = '''
+def sinusoidal_encoding(n_positions, d_model):
+    pos = torch.arange(n_positions, dtype=torch.float32).unsqueeze(1)
+    freqs = 10000.0 ** (-torch.arange(0, d_model, 2, dtype=torch.float32) / d_model)
+    angles = pos * freqs
+    return torch.cat([torch.sin(angles), torch.cos(angles)], dim=-1)   # all sines, then all cosines
+'''
+
+PE_PAIR_INDEX_EXPONENT = '''
+def sinusoidal_encoding(n_positions, d_model):
+    pos = torch.arange(n_positions, dtype=torch.float32).unsqueeze(1)
+    freqs = 10000.0 ** (-torch.arange(d_model // 2, dtype=torch.float32) / d_model)   # i / D instead of 2i / D
+    angles = pos * freqs
+    pe = torch.zeros(n_positions, d_model)
+    pe[:, 0::2] = torch.sin(angles)
+    pe[:, 1::2] = torch.cos(angles)
+    return pe
+'''
+
+PE_LOOP_STYLE = '''
+def sinusoidal_encoding(n_positions, d_model):
+    pe = torch.zeros(n_positions, d_model)
+    for p in range(n_positions):
+        for i in range(d_model // 2):
+            angle = p / (10000 ** (2 * i / d_model))
+            pe[p, 2 * i] = math.sin(angle)
+            pe[p, 2 * i + 1] = math.cos(angle)
+    return pe
+'''
+
+PE_STACK_STYLE = '''
+def sinusoidal_encoding(n_positions, d_model):
+    pos = torch.arange(n_positions).float()[:, None]
+    div = torch.exp(torch.arange(0, d_model, 2).float() * (-math.log(10000.0) / d_model))
+    angles = pos * div                                                  # (P, D/2)
+    return torch.stack([angles.sin(), angles.cos()], dim=-1).reshape(n_positions, d_model)
+'''
+
+# --------------------------------------------------------------------------------------------
+# offset_matrix
+# --------------------------------------------------------------------------------------------
+
+OFFSET_TRANSPOSED = '''
+def offset_matrix(k, d_model):
+    freqs = 10000.0 ** (-torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)
+    cos, sin = torch.cos(k * freqs), torch.sin(k * freqs)
+    m = torch.zeros(d_model, d_model, dtype=torch.float64)
+    even = torch.arange(0, d_model, 2)
+    m[even, even], m[even, even + 1] = cos, -sin          # the rotation the wrong way round: PE(p - k)
+    m[even + 1, even], m[even + 1, even + 1] = sin, cos
+    return m.float()
+'''
+
+OFFSET_BLOCK_DIAG_STYLE = '''
+def offset_matrix(k, d_model):
+    blocks = []
+    for i in range(d_model // 2):
+        phi = k / 10000 ** (2 * i / d_model)
+        blocks.append(torch.tensor([[math.cos(phi), math.sin(phi)], [-math.sin(phi), math.cos(phi)]]))
+    return torch.block_diag(*blocks)
+'''
+
+# --------------------------------------------------------------------------------------------
+# LayerNorm
+# --------------------------------------------------------------------------------------------
+
+LAYERNORM_TEMPLATE = '''
+class LayerNorm(nn.Module):
+    def __init__(self, d_model, eps=1e-5):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(d_model))
+        self.bias = nn.Parameter(torch.zeros(d_model))
+
+    def forward(self, x):
+{body}
+'''
+
+LAYERNORM_UNBIASED = LAYERNORM_TEMPLATE.format(body='''\
+        mean = x.mean(-1, keepdim=True)
+        var = x.var(-1, keepdim=True)                           # torch.var divides by D - 1
+        return self.weight * (x - mean) / torch.sqrt(var + self.eps) + self.bias''')
+
+LAYERNORM_EPS_OUTSIDE_SQRT = LAYERNORM_TEMPLATE.format(body='''\
+        mean = x.mean(-1, keepdim=True)
+        var = ((x - mean) ** 2).mean(-1, keepdim=True)
+        return self.weight * (x - mean) / (torch.sqrt(var) + self.eps) + self.bias''')
+
+LAYERNORM_HARDCODED_EPS = LAYERNORM_TEMPLATE.format(body='''\
+        mean = x.mean(-1, keepdim=True)
+        var = ((x - mean) ** 2).mean(-1, keepdim=True)
+        return self.weight * (x - mean) / torch.sqrt(var + 1e-5) + self.bias''')
+
+LAYERNORM_NO_AFFINE = LAYERNORM_TEMPLATE.format(body='''\
+        mean = x.mean(-1, keepdim=True)
+        var = ((x - mean) ** 2).mean(-1, keepdim=True)
+        return (x - mean) / torch.sqrt(var + self.eps)          # forgot gamma and beta''')
+
+LAYERNORM_VAR_STYLE = LAYERNORM_TEMPLATE.format(body='''\
+        var, mean = torch.var_mean(x, dim=-1, keepdim=True, unbiased=False)
+        return (x - mean) * torch.rsqrt(var + self.eps) * self.weight + self.bias''')
+
+LAYERNORM_MEAN_OF_SQUARES_STYLE = LAYERNORM_TEMPLATE.format(body='''\
+        mean = x.mean(dim=-1, keepdim=True)
+        var = (x * x).mean(dim=-1, keepdim=True) - mean * mean   # E[x^2] - E[x]^2
+        return torch.addcmul(self.bias, self.weight, (x - mean) / (var + self.eps).sqrt())''')
+
+# --------------------------------------------------------------------------------------------
+# FeedForward
+# --------------------------------------------------------------------------------------------
+
+FEEDFORWARD_GELU = '''
+class FeedForward(nn.Module):
+    def __init__(self, d_model, d_ff, dropout=0.0):
+        super().__init__()
+        self.linear1 = nn.Linear(d_model, d_ff)
+        self.linear2 = nn.Linear(d_ff, d_model)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x):
+        return self.linear2(self.dropout(F.gelu(self.linear1(x))))   # GELU, not the ReLU asked for
+'''
+
+FEEDFORWARD_FUNCTIONAL_STYLE = '''
+class FeedForward(nn.Module):
+    def __init__(self, d_model, d_ff, dropout=0.0):
+        super().__init__()
+        self.linear1 = nn.Linear(d_model, d_ff)
+        self.linear2 = nn.Linear(d_ff, d_model)
+        self.p = dropout
+
+    def forward(self, x):
+        h = torch.clamp(x @ self.linear1.weight.T + self.linear1.bias, min=0)
+        h = F.dropout(h, self.p, training=self.training)
+        return torch.einsum("...f,df->...d", h, self.linear2.weight) + self.linear2.bias
+'''
+
+# --------------------------------------------------------------------------------------------
+# EncoderBlock
+# --------------------------------------------------------------------------------------------
+
+BLOCK_INIT = '''
+class EncoderBlock(nn.Module):
+    def __init__(self, d_model, n_heads, d_ff, dropout=0.0, norm_first=False):
+        super().__init__()
+        self.norm_first = norm_first
+        self.self_attn = nn.MultiheadAttention(d_model, n_heads, dropout=dropout, batch_first=True)
+        self.ff = FeedForward(d_model, d_ff, dropout)
+        self.norm1 = LayerNorm(d_model)
+        self.norm2 = LayerNorm(d_model)
+        self.dropout1 = nn.Dropout(dropout)
+        self.dropout2 = nn.Dropout(dropout)
+
+    def forward(self, x, mask=None):
+        B, T, D = x.shape
+        attn_mask, key_padding_mask = None, None
+        if mask is not None:
+            if mask.dim() == 2 and tuple(mask.shape) == (B, T):
+                key_padding_mask = {flip}mask
+            elif mask.dim() == 2:
+                attn_mask = {flip}mask
+            else:
+                attn_mask = {flip}mask.expand(B, T, T).repeat_interleave(self.self_attn.num_heads, dim=0)
+
+        def attend(h):
+            return self.dropout1(self.self_attn(h, h, h, attn_mask=attn_mask, key_padding_mask=key_padding_mask,
+                                                need_weights=False)[0])
+
+        ff = lambda h: self.dropout2(self.ff(h))
+{body}
+        return x
+'''
+
+CORRECT_BODY = '''\
+        if self.norm_first:
+            x = x + attend(self.norm1(x))
+            x = x + ff(self.norm2(x))
+        else:
+            x = self.norm1(x + attend(x))
+            x = self.norm2(x + ff(x))'''
+
+BLOCK_NO_RESIDUAL = BLOCK_INIT.format(flip="~", body='''\
+        if self.norm_first:
+            x = attend(self.norm1(x))                       # no `x +`
+            x = ff(self.norm2(x))
+        else:
+            x = self.norm1(attend(x))
+            x = self.norm2(ff(x))''')
+
+BLOCK_ALWAYS_PRE_NORM = BLOCK_INIT.format(flip="~", body='''\
+        x = x + attend(self.norm1(x))                       # pre-norm even when post-norm was asked for
+        x = x + ff(self.norm2(x))''')
+
+BLOCK_NORM_ON_SUBLAYER_OUTPUT = BLOCK_INIT.format(flip="~", body='''\
+        if self.norm_first:
+            x = x + attend(self.norm1(x))
+            x = x + ff(self.norm2(x))
+        else:
+            x = x + self.norm1(attend(x))                   # normalises the sublayer's output only
+            x = x + self.norm2(ff(x))''')
+
+BLOCK_NORMS_SWAPPED = BLOCK_INIT.format(flip="~", body='''\
+        if self.norm_first:
+            x = x + attend(self.norm2(x))                   # norm2 with the attention, norm1 with the FFN
+            x = x + ff(self.norm1(x))
+        else:
+            x = self.norm2(x + attend(x))
+            x = self.norm1(x + ff(x))''')
+
+BLOCK_MASK_NOT_FLIPPED = BLOCK_INIT.format(flip="", body=CORRECT_BODY)   # hands True = allowed to PyTorch as is
+
+BLOCK_FLOAT_MASK_STYLE = '''
+class EncoderBlock(nn.Module):
+    def __init__(self, d_model, n_heads, d_ff, dropout=0.0, norm_first=False):
+        super().__init__()
+        self.norm_first = norm_first
+        self.self_attn = nn.MultiheadAttention(d_model, n_heads, dropout=dropout, batch_first=True)
+        self.ff = FeedForward(d_model, d_ff, dropout)
+        self.norm1, self.norm2 = LayerNorm(d_model), LayerNorm(d_model)
+        self.dropout1, self.dropout2 = nn.Dropout(dropout), nn.Dropout(dropout)
+
+    def _sa_block(self, x, mask):
+        B, T, _ = x.shape
+        additive = None
+        if mask is not None:
+            if mask.dim() == 2 and tuple(mask.shape) == (B, T):
+                mask = mask[:, None, :].expand(B, T, T)                      # key padding as a (B, T, T) pattern
+            elif mask.dim() == 2:
+                mask = mask.expand(B, T, T)
+            neg = torch.zeros(mask.shape, dtype=x.dtype).masked_fill(~mask, float("-inf"))
+            additive = neg.repeat_interleave(self.self_attn.num_heads, dim=0)  # (B*H, T, T), float: added to scores
+        return self.dropout1(self.self_attn(x, x, x, attn_mask=additive, need_weights=False)[0])
+
+    def _ff_block(self, x):
+        return self.dropout2(self.ff(x))
+
+    def forward(self, x, mask=None):
+        if self.norm_first:
+            x = x + self._sa_block(self.norm1(x), mask)
+            return x + self._ff_block(self.norm2(x))
+        x = self.norm1(x + self._sa_block(x, mask))
+        return self.norm2(x + self._ff_block(x))
+'''
+
+VARIANTS = {
+    # sinusoidal_encoding
+    "pe_sin_cos_in_halves": {"replace": {"sinusoidal_encoding": PE_HALVES},
+                             "must_fail": ["test_sinusoidal_encoding_layout", "test_sinusoidal_encoding_frequencies"]},
+    "pe_exponent_uses_pair_index": {"replace": {"sinusoidal_encoding": PE_PAIR_INDEX_EXPONENT},
+                                    "must_fail": ["test_sinusoidal_encoding_frequencies"]},
+    "pe_loop_style": {"replace": {"sinusoidal_encoding": PE_LOOP_STYLE}, "must_fail": []},
+    "pe_stack_exp_log_style": {"replace": {"sinusoidal_encoding": PE_STACK_STYLE}, "must_fail": []},
+    # offset_matrix
+    "offset_rotation_transposed": {"replace": {"offset_matrix": OFFSET_TRANSPOSED},
+                                   "must_fail": ["test_offset_matrix_shifts"]},
+    "offset_block_diag_style": {"replace": {"offset_matrix": OFFSET_BLOCK_DIAG_STYLE}, "must_fail": []},
+    # LayerNorm
+    "layernorm_unbiased_variance": {"replace": {"LayerNorm": LAYERNORM_UNBIASED},
+                                    "must_fail": ["test_layernorm_normalises", "test_layernorm_matches_torch"]},
+    "layernorm_eps_outside_sqrt": {"replace": {"LayerNorm": LAYERNORM_EPS_OUTSIDE_SQRT},
+                                   "must_fail": ["test_layernorm_eps"]},
+    "layernorm_hardcoded_eps": {"replace": {"LayerNorm": LAYERNORM_HARDCODED_EPS},
+                                "must_fail": ["test_layernorm_eps"]},
+    "layernorm_no_gamma_beta": {"replace": {"LayerNorm": LAYERNORM_NO_AFFINE},
+                                "must_fail": ["test_layernorm_matches_torch", "test_layernorm_gradients"]},
+    "layernorm_var_mean_rsqrt_style": {"replace": {"LayerNorm": LAYERNORM_VAR_STYLE}, "must_fail": []},
+    "layernorm_mean_of_squares_style": {"replace": {"LayerNorm": LAYERNORM_MEAN_OF_SQUARES_STYLE}, "must_fail": []},
+    # FeedForward
+    "feedforward_gelu": {"replace": {"FeedForward": FEEDFORWARD_GELU},
+                         "must_fail": ["test_feedforward_matches_formula"]},
+    "feedforward_functional_style": {"replace": {"FeedForward": FEEDFORWARD_FUNCTIONAL_STYLE}, "must_fail": []},
+    # EncoderBlock
+    "block_residual_missing": {"replace": {"EncoderBlock": BLOCK_NO_RESIDUAL},
+                               "must_fail": ["test_encoder_block_residual", "test_encoder_block_matches_torch_post_norm",
+                                             "test_encoder_block_matches_torch_pre_norm"]},
+    "block_always_pre_norm": {"replace": {"EncoderBlock": BLOCK_ALWAYS_PRE_NORM},
+                              "must_fail": ["test_encoder_block_residual", "test_encoder_block_matches_torch_post_norm"]},
+    "block_norm_on_sublayer_output": {"replace": {"EncoderBlock": BLOCK_NORM_ON_SUBLAYER_OUTPUT},
+                                      "must_fail": ["test_encoder_block_residual", "test_encoder_block_matches_torch_post_norm"]},
+    "block_norms_swapped": {"replace": {"EncoderBlock": BLOCK_NORMS_SWAPPED},
+                            "must_fail": ["test_encoder_block_matches_torch_post_norm", "test_encoder_block_matches_torch_pre_norm"]},
+    "block_mask_not_flipped": {"replace": {"EncoderBlock": BLOCK_MASK_NOT_FLIPPED},
+                               "must_fail": ["test_encoder_block_masks"]},
+    "block_float_mask_style": {"replace": {"EncoderBlock": BLOCK_FLOAT_MASK_STYLE}, "must_fail": []},
+}
