@@ -144,6 +144,9 @@ def check_zero_where(weights: torch.Tensor, forbidden: torch.Tensor, what: str, 
 
 def check_gradients(module: torch.nn.Module, loss: torch.Tensor, what: str) -> None:
     """After ``loss.backward()``, every parameter of ``module`` gets a finite, non-None gradient."""
+    check(isinstance(loss, torch.Tensor) and loss.requires_grad,
+          f"the output of {what} is not connected to its parameters (no gradient can flow back): "
+          "was it computed under torch.no_grad(), detached, or rebuilt from plain numbers?")
     loss.backward()
     for name, p in module.named_parameters():
         check(p.grad is not None, f"parameter {name!r} of {what} received no gradient: is it used in forward?")

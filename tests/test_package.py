@@ -209,3 +209,9 @@ def test_widgets_draw_once_when_headless(monkeypatch):
     seen = []
     widgets.interact(lambda k, text: seen.append((k, text)), k=W.IntSlider(value=3), text="1 2 3")
     assert seen == [(3, "1 2 3")]
+
+
+def test_check_gradients_on_a_detached_loss():
+    lin = torch.nn.Linear(3, 2)
+    with pytest.raises(AssertionError, match="not connected to its parameters"):
+        checks.check_gradients(lin, lin(torch.randn(4, 3)).sum().detach(), "lin")
