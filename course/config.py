@@ -106,7 +106,8 @@ def _warnings_to_stdout() -> None:
     warnings.showwarning = show
 
 
-def setup(profile: str = "auto", device: str = "auto", seed: int = 0, *, quiet: bool = False) -> Run:
+def setup(profile: str = "auto", device: str = "auto", seed: int = 0, *, quiet: bool = False,
+          cpu_threads: int | None = 1) -> Run:
     """Resolve the profile and device, seed everything, and print one line saying what was chosen.
 
     Args:
@@ -114,6 +115,7 @@ def setup(profile: str = "auto", device: str = "auto", seed: int = 0, *, quiet: 
         device: ``"auto"``, ``"cpu"`` or ``"cuda"``.
         seed: seeds Python, NumPy and PyTorch.
         quiet: do not print the summary line.
+        cpu_threads: torch's intra-op threads on the CPU (1 by default; None leaves torch's choice).
 
     Returns:
         A :class:`Run` whose ``pick`` method sizes the lesson's experiments.
@@ -128,10 +130,11 @@ def setup(profile: str = "auto", device: str = "auto", seed: int = 0, *, quiet: 
         _warnings_to_stdout()
         # A learner's stray write to stderr must not cost them a test cell.
         sys.stderr = sys.stdout
-    if prof == "smoke" and dev == "cpu":
-        # Smoke runs use tiny tensors, and graders and CI run several kernels at once: one thread
-        # each avoids oversubscribing the cores (which can make small ops 10-100x slower).
-        torch.set_num_threads(1)
+    if dev == "cpu" and cpu_threads:
+        # The course's models are tiny (64- to 128-wide layers): one thread per operation is as fast
+        # as several, and several kernels side by side (CI, grading, a busy laptop) no longer wait
+        # on each other's threads, which made small operations 10-100x slower in our measurements.
+        torch.set_num_threads(cpu_threads)
     seed_everything(seed)
     run = Run(profile=prof, device=dev, seed=seed, grading=grading(), notes=tuple(notes))
     if not quiet:
