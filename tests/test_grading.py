@@ -16,104 +16,106 @@ import pytest
 from planting import build_submission, load_planted, results_by_key, write_submission
 
 COURSE = str(Path(sys.executable).parent / "course")
+ROOT = Path(__file__).resolve().parents[1]
 PLANTED = load_planted()
-_graded: dict[str, tuple] = {}
-
-pytestmark = pytest.mark.slow
 
 
-def _param(lesson, *rest):
-    return pytest.param(lesson, *rest, marks=pytest.mark.xdist_group(f"grade-{lesson}"),
-                        id="-".join([lesson, *map(str, rest)]))
-
-
-def graded(lesson: str, tmp_path_factory) -> tuple[subprocess.CompletedProcess, dict, Path]:
-    """Grade the lesson's whole bank once per test session (and per xdist worker)."""
-    if lesson not in _graded:
-        subs = tmp_path_factory.mktemp(f"submissions-{lesson}")
-        write_submission(subs, "reference", lesson, build_submission(lesson))
-        write_submission(subs, "untouched", lesson, build_submission(lesson, fill=False))
-        for name, variant in PLANTED[lesson].items():
-            write_submission(subs, name, lesson, build_submission(lesson, variant["replace"]))
-        out = tmp_path_factory.mktemp(f"graded-{lesson}")
-        proc = subprocess.run([COURSE, "grade", str(subs), "--out", str(out), "--timeout", "60"],
-                              capture_output=True, text=True, timeout=1800)
-        assert (out / "results.json").is_file(), f"course grade wrote no results:\n{proc.stdout}\n{proc.stderr}"
-        _graded[lesson] = (proc, results_by_key(out / "results.json"), out)
-    return _graded[lesson]
+def grade_bank(lesson: str, folder: Path) -> tuple[subprocess.CompletedProcess, dict, Path]:
+    """Grade the lesson's whole bank (reference, untouched, every variant) in one `course grade` call."""
+    subs = folder / "submissions"
+    write_submission(subs, "reference", lesson, build_submission(lesson))
+    write_submission(subs, "untouched", lesson, build_submission(lesson, fill=False))
+    for name, variant in PLANTED[lesson].items():
+        write_submission(subs, name, lesson, build_submission(lesson, variant["replace"]))
+    out = folder / "graded"
+    proc = subprocess.run([COURSE, "grade", str(subs), "--out", str(out), "--timeout", "60"],
+                          capture_output=True, text=True, timeout=1800)
+    assert (out / "results.json").is_file(), f"course grade wrote no results:\n{proc.stdout}\n{proc.stderr}"
+    return proc, results_by_key(out / "results.json"), out
 
 
 def _cells(result: dict) -> str:
-    return "\n".join(f"  {c['grade_id']}: {c['points']}/{c['max_points']} {c['message'][:200]}" for c in result["cells"])
+    return "\n".join(f"    {c['grade_id']}: {c['points']}/{c['max_points']} {c['message'][:160]}" for c in result["cells"])
 
 
-@pytest.mark.parametrize("lesson", [_param(l) for l in sorted(PLANTED)])
-def test_reference_gets_full_marks(lesson, tmp_path_factory):
-    _, results, _ = graded(lesson, tmp_path_factory)
-    r = results[("reference", lesson)]
-    assert r["status"] == "graded", r["detail"]
-    assert r["max_score"] > 0
-    assert r["score"] == r["max_score"], f"reference solution lost points:\n{_cells(r)}"
-
-
-@pytest.mark.parametrize("lesson", [_param(l) for l in sorted(PLANTED)])
-def test_untouched_student_notebook_gets_zero(lesson, tmp_path_factory):
-    _, results, _ = graded(lesson, tmp_path_factory)
-    r = results[("untouched", lesson)]
-    assert r["status"] == "graded", r["detail"]
-    assert r["score"] == 0, f"the untouched notebook earned points:\n{_cells(r)}"
-    assert r["cells"] and not any(c["passed"] for c in r["cells"])
-
-
-@pytest.mark.parametrize("lesson,variant", [_param(l, v) for l in sorted(PLANTED) for v in PLANTED[l]])
-def test_planted_variant(lesson, variant, tmp_path_factory):
-    _, results, _ = graded(lesson, tmp_path_factory)
-    r = results[(variant, lesson)]
-    must_fail = PLANTED[lesson][variant]["must_fail"]
-    assert r["status"] == "graded", r["detail"]
-    cells = {c["grade_id"]: c for c in r["cells"]}
-    if not must_fail:
-        assert r["score"] == r["max_score"], f"a correct alternative style lost points:\n{_cells(r)}"
-        return
-    assert r["score"] < r["max_score"], f"planted bug {variant} kept full marks"
-    for gid in must_fail:
-        assert gid in cells, f"{variant}: no test cell {gid!r} in {lesson}"
-        assert cells[gid]["points"] < cells[gid]["max_points"], \
-            f"planted bug {variant} was not caught by {gid}:\n{_cells(r)}"
-        assert cells[gid]["message"], f"{gid} failed without a message for the learner"
-
-
-@pytest.mark.parametrize("lesson", [_param(l) for l in sorted(PLANTED)])
-def test_feedback_hides_hidden_tests(lesson, tmp_path_factory):
-    import html
-    import re
-
+def _hidden_lines(lesson: str) -> set[str]:
+    """Lines of hidden tests that the student notebook does not show anyway."""
     import nbformat
 
-    _, results, out = graded(lesson, tmp_path_factory)
-    source = nbformat.read(str(Path(__file__).resolve().parents[1] / "solutions" / lesson / f"{lesson}.ipynb"), as_version=4)
-    hidden_lines = set()
+    source = nbformat.read(str(ROOT / "solutions" / lesson / f"{lesson}.ipynb"), as_version=4)
+    hidden = set()
     for cell in source.cells:
         if "### BEGIN HIDDEN TESTS" in cell.source:
             block = cell.source.split("### BEGIN HIDDEN TESTS", 1)[1].split("### END HIDDEN TESTS", 1)[0]
-            hidden_lines |= {ln.strip() for ln in block.splitlines() if len(ln.strip()) > 30}
-    # A hidden line that also stands in the student notebook (a repeated set-up line) reveals nothing.
-    student = (Path(__file__).resolve().parents[1] / "notebooks" / lesson / f"{lesson}.ipynb").read_text()
-    student_lines = {ln.strip() for c in nbformat.reads(student, as_version=4).cells for ln in c.source.splitlines()}
-    hidden_lines -= student_lines
-    checked = 0
-    for (student, les), r in results.items():
-        if not r["feedback"]:
+            hidden |= {ln.strip() for ln in block.splitlines() if len(ln.strip()) > 30}
+    student = nbformat.read(str(ROOT / "notebooks" / lesson / f"{lesson}.ipynb"), as_version=4)
+    return hidden - {ln.strip() for c in student.cells for ln in c.source.splitlines()}
+
+
+def _feedback_problems(student: str, result: dict, hidden: set[str]) -> list[str]:
+    import html
+    import re
+
+    if not result["feedback"]:
+        return [f"{student}: no feedback file"]
+    text = html.unescape(re.sub(r"<[^>]+>", "", Path(result["feedback"]).read_text()))
+    problems = []
+    if "BEGIN HIDDEN TESTS" in text:
+        problems.append(f"{student}: feedback shows a hidden-tests marker")
+    leaked = [ln for ln in hidden if ln in text]
+    if leaked:
+        problems.append(f"{student}: feedback shows hidden test code: {leaked[:2]}")
+    for c in result["cells"]:
+        if not c["passed"] and c["message"] and c["message"][:40] not in text:
+            problems.append(f"{student}: feedback lacks the message of {c['grade_id']}")
+    return problems
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("lesson", sorted(PLANTED))
+def test_grading_round_trip(lesson, tmp_path):
+    """Reference: full marks. Untouched: zero, graded. Each bug: loses points where it should.
+    Each alternative style: full marks. Feedback: messages shown, hidden test code never."""
+    proc, results, _ = grade_bank(lesson, tmp_path)
+    problems = []
+
+    ref = results[("reference", lesson)]
+    if not (ref["status"] == "graded" and ref["max_score"] > 0 and ref["score"] == ref["max_score"]):
+        problems.append(f"reference solution: {ref['score']}/{ref['max_score']} ({ref['status']} {ref['detail']})\n{_cells(ref)}")
+
+    untouched = results[("untouched", lesson)]
+    if untouched["status"] != "graded" or untouched["score"] != 0 or any(c["passed"] for c in untouched["cells"]):
+        problems.append(f"untouched student notebook: {untouched['score']} points ({untouched['status']})\n{_cells(untouched)}")
+
+    for name, variant in PLANTED[lesson].items():
+        r = results[(name, lesson)]
+        cells = {c["grade_id"]: c for c in r["cells"]}
+        if r["status"] != "graded":
+            problems.append(f"{name}: status {r['status']} ({r['detail']})")
             continue
-        text = html.unescape(re.sub(r"<[^>]+>", "", Path(r["feedback"]).read_text()))
-        assert "BEGIN HIDDEN TESTS" not in text
-        leaked = [ln for ln in hidden_lines if ln in text]
-        assert not leaked, f"feedback for {student} shows hidden test code: {leaked[:3]}"
-        for c in r["cells"]:
-            if not c["passed"] and c["message"]:
-                assert c["message"][:40] in text, f"feedback for {student} lacks the message of {c['grade_id']}"
-        checked += 1
-    assert checked >= 3
+        if not variant["must_fail"]:
+            if r["score"] != r["max_score"]:
+                problems.append(f"{name} (a correct alternative style) lost points:\n{_cells(r)}")
+            continue
+        if r["score"] >= r["max_score"]:
+            problems.append(f"planted bug {name} kept full marks")
+        for gid in variant["must_fail"]:
+            if gid not in cells:
+                problems.append(f"{name}: {lesson} has no test cell {gid!r}")
+            elif cells[gid]["points"] >= cells[gid]["max_points"]:
+                problems.append(f"planted bug {name} was not caught by {gid}:\n{_cells(r)}")
+            elif not cells[gid]["message"]:
+                problems.append(f"{name}: {gid} failed without a message for the learner")
+
+    hidden = _hidden_lines(lesson)
+    checked = 0
+    for (student, _), r in results.items():
+        if r["status"] == "graded":
+            problems += _feedback_problems(student, r, hidden)
+            checked += 1
+    if checked < 3:
+        problems.append(f"only {checked} feedback files to check")
+    assert not problems, f"{lesson}: " + "\n".join(problems) + f"\n--- course grade said:\n{proc.stdout[-2000:]}"
 
 
 def test_every_lesson_has_a_planted_bank():
