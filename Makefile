@@ -41,7 +41,7 @@ run: $(STAMP)
 	$(BIN)/course run --profile $(PROFILE) --out $(OUT)
 
 test: $(STAMP)
-	$(BIN)/python -m pytest -n 2 -q tests
+	$(BIN)/python -m pytest -n 2 --dist worksteal -q tests
 
 lab: $(STAMP)
 	$(BIN)/course lab
