@@ -1,5 +1,5 @@
 # Thin wrappers over the `course` command. `make run` and `make test` set everything up themselves
-# on a machine that has only Python 3.10+ and pip: a .venv from the pinned constraints, the course
+# on a machine that has only Python 3.11+ and pip: a .venv from the pinned constraints, the course
 # package in editable mode, and the Jupyter kernel registered inside the venv.
 
 PYTHON ?= python3
