@@ -57,6 +57,21 @@ def test_running_a_notebook_writes_nothing_to_home(tmp_path):
     nb = ROOT / "notebooks" / "00_softmax_lookup" / "00_softmax_lookup.ipynb"
     proc = subprocess.run([str(Path(sys.executable).parent / "course"), "check", str(nb)], env=env,
                           capture_output=True, text=True, timeout=600)
-    assert "public tests passed" in proc.stdout, proc.stdout + proc.stderr
+    assert "0 of 8 public tests passed" in proc.stdout, proc.stdout + proc.stderr
+    assert "Not implemented yet: soft_lookup, softmax." in proc.stdout
+    assert proc.returncode == 1
     written = [str(p.relative_to(home)) for p in home.rglob("*")]
     assert not written, f"files written to HOME: {written}"
+
+
+@pytest.mark.slow
+def test_course_check_passes_a_finished_notebook(tmp_path):
+    sys.path.insert(0, str(Path(__file__).parent))
+    from planting import build_submission, write_submission
+
+    path = write_submission(tmp_path, "me", "00_softmax_lookup", build_submission("00_softmax_lookup"))
+    proc = subprocess.run([str(Path(sys.executable).parent / "course"), "check", str(path)],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "8 of 8 public tests passed (13/13 points)" in proc.stdout
+    assert proc.stdout.count("PASS") == 8
