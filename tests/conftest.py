@@ -3,6 +3,8 @@
 import os
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 STATE = ROOT / ".state"
 _ENV = {
@@ -22,3 +24,15 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("MPLBACKEND", "Agg")
 os.environ["COURSE_ROOT"] = str(ROOT)
 os.environ.pop("NBGRADER_EXECUTION", None)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    """The course's tensors are tiny: one CPU thread per test worker is fastest, and several threads
+    per worker crawl when pytest-xdist runs workers side by side (as course.setup does in notebooks)."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

@@ -13,15 +13,6 @@ from course import text_metrics as tm
 from course.data import translation as tr
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny tensors: one CPU thread is fastest, and several threads crawl on a busy machine."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 @pytest.fixture(scope="module")
 def data():
     return tr.make_translation_data(n_train=2000, n_val=100, n_test=230, seed=0)

@@ -24,15 +24,6 @@ class DotAttention(nn.Module):
         return torch.einsum("bs,bsv->bv", weights, values), weights
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny tensors: one CPU thread is fastest, and several threads crawl on a busy machine."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 D_EMB, D_HIDDEN = 8, 12
 
 
