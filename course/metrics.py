@@ -2,7 +2,7 @@
 
 ``record("val_acc_attention", 0.94)`` prints a readable line in the notebook and, when the
 ``COURSE_METRICS`` environment variable names a file (``course run`` sets it), appends one JSON
-line to that file. The targets each metric is compared with live in :mod:`course.lessons`.
+line to that file. The targets each metric is compared with live in :mod:`course.tools.lessons`.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch import nn
 
-from course import seq2seq as s2s
+from course.models import seq2seq as s2s
 from course.data import translation as tr
 
 

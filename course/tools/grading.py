@@ -25,8 +25,8 @@ from pathlib import Path
 
 import nbformat
 
-from course.lessons import all_lessons
-from course.workspace import Workspace, quiet_logs
+from course.tools.lessons import all_lessons
+from course.tools.workspace import Workspace, quiet_logs
 
 __all__ = ["CellResult", "SubmissionResult", "grade", "summary_table", "OK_STATUSES"]
 

@@ -13,8 +13,8 @@ from pathlib import Path
 
 
 def _cmd_run(args) -> int:
-    from course.lessons import resolve
-    from course.runner import run_lessons
+    from course.tools.lessons import resolve
+    from course.tools.runner import run_lessons
 
     results = run_lessons(resolve(args.lessons), Path(args.out), profile=args.profile, device=args.device,
                           seed=args.seed, timeout=args.timeout)
@@ -22,8 +22,8 @@ def _cmd_run(args) -> int:
 
 
 def _cmd_release(args) -> int:
-    from course.lessons import resolve
-    from course.release import release
+    from course.tools.lessons import resolve
+    from course.tools.release import release
 
     lessons = resolve(args.lessons)
     problems = release(lessons, check=args.check)
@@ -37,7 +37,7 @@ def _cmd_release(args) -> int:
 
 
 def _cmd_check(args) -> int:
-    from course.checker import check_notebook
+    from course.tools.checker import check_notebook
 
     outcomes, unimplemented = check_notebook(Path(args.notebook), timeout=args.timeout)
     if not outcomes:
@@ -56,7 +56,7 @@ def _cmd_check(args) -> int:
 
 
 def _cmd_grade(args) -> int:
-    from course.grading import OK_STATUSES, grade, summary_table
+    from course.tools.grading import OK_STATUSES, grade, summary_table
 
     results = grade(Path(args.submissions), Path(args.out), timeout=args.timeout, lessons=args.lesson or None)
     print()
@@ -66,14 +66,14 @@ def _cmd_grade(args) -> int:
 
 
 def _cmd_doctor(args) -> int:
-    from course.doctor import doctor
+    from course.tools.doctor import doctor
 
     return 1 if doctor() else 0
 
 
 def _cmd_lab(args) -> int:
-    from course.lessons import root
-    from course.workspace import tool_environment
+    from course.tools.lessons import root
+    from course.tools.workspace import tool_environment
 
     tool_environment()
     cmd = [sys.executable, "-m", "jupyter", "lab", f"--notebook-dir={root() / 'notebooks'}"]

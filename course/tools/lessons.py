@@ -2,7 +2,7 @@
 
 A lesson is a folder ``solutions/<id>/`` holding ``<id>.ipynb``. Its title, the targets its metrics
 should meet and its cell timeout are in the notebook's metadata under ``"course"`` (written by
-:func:`course.authoring.notebook`), so a lesson is described in exactly one place.
+:func:`course.tools.authoring.notebook`), so a lesson is described in exactly one place.
 """
 
 from __future__ import annotations

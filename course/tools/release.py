@@ -14,8 +14,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from course.lessons import Lesson
-from course.workspace import Workspace
+from course.tools.lessons import Lesson
+from course.tools.workspace import Workspace
 
 __all__ = ["release", "leaks"]
 

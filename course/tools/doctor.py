@@ -26,8 +26,8 @@ def doctor() -> int:
     """Print versions, the device and the Jupyter set-up; return the number of problems found."""
     import torch
 
-    from course.lessons import all_lessons, root
-    from course.workspace import tool_environment
+    from course.tools.lessons import all_lessons, root
+    from course.tools.workspace import tool_environment
 
     tool_environment()
     problems = []

@@ -4,7 +4,7 @@ The solution notebooks in ``solutions/`` are the single source of truth. This mo
 cell constructors with the exact nbgrader metadata the course uses, so a new lesson can be drafted
 from a short script and then edited in JupyterLab like any notebook::
 
-    from course import authoring as A
+    from course.tools import authoring as A
     nb = A.notebook("00_softmax_lookup", "Softmax as a soft lookup", [
         A.md("# Softmax ..."),
         A.parameters(PROFILE="auto", DEVICE="auto", SEED=0),

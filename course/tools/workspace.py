@@ -15,7 +15,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from course.lessons import root as course_root
+from course.tools.lessons import root as course_root
 
 __all__ = ["Workspace", "tool_environment"]
 

@@ -16,7 +16,7 @@ import traceback
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from course.lessons import Lesson
+from course.tools.lessons import Lesson
 
 __all__ = ["LessonResult", "run_lessons", "format_table"]
 
