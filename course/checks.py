@@ -7,6 +7,9 @@ nothing, and never write to stderr: nbgrader scores a test cell that writes to s
 
 from __future__ import annotations
 
+import ast
+import contextlib
+import inspect
 import math
 from typing import Callable, Iterable
 
@@ -22,6 +25,10 @@ __all__ = [
     "check_zero_where",
     "check_gradients",
     "call",
+    "forbid",
+    "set_params",
+    "check_parameters_used",
+    "FORBIDDEN_HOOK",
 ]
 
 
@@ -151,3 +158,138 @@ def check_gradients(module: torch.nn.Module, loss: torch.Tensor, what: str) -> N
     for name, p in module.named_parameters():
         check(p.grad is not None, f"parameter {name!r} of {what} received no gradient: is it used in forward?")
         check_finite(p.grad, f"the gradient of {what}.{name}")
+
+
+# -- rules that hold under grading too --------------------------------------------------------------
+#
+# When `course grade` grades a notebook, test cells run in a trusted judge process and the learner's
+# names (functions, classes, the objects they return) are stand-ins that call into a sandbox. What
+# comes back is always a copy: tensors by value, never an autograd graph. These helpers are written
+# so the same test cell works in the learner's kernel and under the judge.
+
+FORBIDDEN_HOOK = None   # set by the grading judge: forwards `forbid` into the sandbox
+
+
+def _forbidden_in_source(source: str, names: tuple[str, ...]) -> list[str]:
+    """Uses of ``.name`` (attribute access) or ``from x import name`` in ``source``."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return []
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and node.attr in names:
+            found.append(f".{node.attr} (line {node.lineno})")
+        elif isinstance(node, ast.ImportFrom) and any(a.name in names for a in node.names):
+            found.append(f"from {node.module} import ... (line {node.lineno})")
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in names:
+            found.append(f"the string {node.value!r} (line {node.lineno})")
+    return found
+
+
+def _source(fn) -> str:
+    src = getattr(fn, "__course_source__", None)      # set by the grading judge on the learner's names
+    if src is not None:
+        return src
+    try:
+        return inspect.getsource(fn)
+    except (OSError, TypeError):
+        return ""
+
+
+def _targets(names: tuple[str, ...]):
+    """Every (owner, attribute) in torch's public namespaces whose attribute is one of ``names``."""
+    import torch.nn.functional as F
+
+    owners = [torch, torch.Tensor, F, torch.special, torch.linalg, torch.nn]
+    out = []
+    for owner in owners:
+        for name in names:
+            for attr in (name, "_" + name):
+                if attr in getattr(owner, "__dict__", {}) or hasattr(owner, attr):
+                    out.append((owner, attr))
+    return out
+
+
+@contextlib.contextmanager
+def forbid(fn, *names: str, why: str):
+    """Fail if the learner's ``fn`` uses a library shortcut the exercise forbids.
+
+    Two checks: the source of ``fn`` may not mention ``.name`` for any forbidden name (read with
+    ``ast``, so comments do not count), and while the block runs every ``torch`` function, tensor
+    method or ``torch.nn.functional`` function of that name raises. Use it around the calls::
+
+        with checks.forbid(softmax, "softmax", "log_softmax", why="write the softmax yourself"):
+            out = checks.call(softmax, x)
+    """
+    label = getattr(fn, "__name__", "your code")
+    found = _forbidden_in_source(_source(fn), names)
+    if found:
+        raise AssertionError(f"{label} uses {', '.join(found[:3])}: this exercise asks you to {why}, "
+                             f"without calling {' or '.join(names)}.")
+    if FORBIDDEN_HOOK is not None:                   # under grading: block them inside the sandbox
+        with FORBIDDEN_HOOK(names, why):
+            yield
+        return
+    called: list[str] = []
+    saved = []
+
+    def blocker(qual):
+        def blocked(*args, **kwargs):
+            called.append(qual)
+            raise AssertionError(f"{qual} was called: this exercise asks you to {why}.")
+        return blocked
+
+    for owner, attr in _targets(names):
+        try:
+            saved.append((owner, attr, owner.__dict__[attr] if attr in owner.__dict__ else getattr(owner, attr)))
+            setattr(owner, attr, blocker(f"{getattr(owner, '__name__', 'torch')}.{attr}"))
+        except (AttributeError, TypeError):
+            continue
+    try:
+        yield
+    finally:
+        for owner, attr, original in reversed(saved):
+            setattr(owner, attr, original)
+    if called:
+        raise AssertionError(f"{label} called {called[0]}: this exercise asks you to {why}.")
+
+
+def set_params(module, values: dict, what: str = "your module") -> None:
+    """Give the learner's ``module`` these parameter values (names as in ``state_dict()``).
+
+    Works the same on a module in the kernel and on the judge's stand-in for one: values travel as
+    a (partial) ``load_state_dict``, never as in-place edits of a returned copy.
+    """
+    state = call(module.state_dict, what=f"{what}.state_dict")
+    missing = [k for k in values if k not in state]
+    check(not missing, f"{what} has no parameter called {missing[0] if missing else ''!r}; its parameters are: "
+                       f"{', '.join(state) or 'none'}.")
+    for k, v in values.items():
+        check(tuple(state[k].shape) == tuple(torch.as_tensor(v).shape),
+              f"{what}.{k} has shape {tuple(state[k].shape)}; it should have shape {tuple(torch.as_tensor(v).shape)}.")
+    module.load_state_dict({k: torch.as_tensor(v, dtype=state[k].dtype) for k, v in values.items()}, strict=False)
+
+
+def check_parameters_used(module, run: Callable, what: str, *, names: Iterable[str] | None = None,
+                          scale: float = 0.5) -> None:
+    """Every parameter of ``module`` (or those in ``names``) changes the output of ``run(module)``.
+
+    The behavioural form of "every parameter gets a gradient": each parameter in turn is nudged by
+    random noise and the output must move. It needs no autograd, so it holds under grading too.
+    """
+    state = {k: v.clone() for k, v in call(module.state_dict, what=f"{what}.state_dict").items()}
+    floats = [k for k, v in state.items() if v.is_floating_point() and (names is None or k in set(names))]
+    check(floats, f"{what} has no parameters: its layers should be learned (nn.Linear, nn.Parameter).")
+    base = torch.as_tensor(run(module)).detach().double()
+    g = torch.Generator().manual_seed(1234)
+    try:
+        for k in floats:
+            nudged = state[k] + scale * torch.randn(state[k].shape, generator=g, dtype=state[k].dtype)
+            module.load_state_dict({k: nudged}, strict=False)
+            moved = torch.as_tensor(run(module)).detach().double()
+            module.load_state_dict({k: state[k]}, strict=False)
+            check(moved.shape == base.shape and not torch.allclose(moved, base, atol=1e-7, rtol=0),
+                  f"changing {what}.{k} does not change the output: is it used in forward?")
+    finally:
+        module.load_state_dict(state, strict=False)
