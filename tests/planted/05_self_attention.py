@@ -227,6 +227,96 @@ class SelfAttention(nn.Module):
         return torch.einsum("bts,bsd->btd", weights, v), weights
 '''
 
+# --------------------------------------------------------------------------------------------
+# masks read by their shape, an ignored argument, and another correct style
+# --------------------------------------------------------------------------------------------
+
+SDPA_GUESSES_PADDING = '''
+def scaled_dot_product_attention(q, k, v, mask=None):
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
+    if mask is not None:
+        if mask.dim() == 2 and q.dim() == 3 and mask.shape[0] == q.shape[0]:
+            mask = mask[:, None, :]                           # "a (B, T) mask must be padding": wrong when B == T
+        scores = scores.masked_fill(~mask, float("-inf"))
+    weights = torch.nan_to_num(torch.softmax(scores, dim=-1), nan=0.0)
+    return weights @ v, weights
+'''
+
+SDPA_3D_MASK_GETS_HEAD_AXIS = '''
+def scaled_dot_product_attention(q, k, v, mask=None):
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
+    if mask is not None:
+        if mask.dim() == 3:
+            mask = mask.unsqueeze(1)                          # assumes (B, T_q, T_k) and a heads axis
+        scores = torch.where(mask, scores, torch.tensor(float("-inf")))
+    weights = torch.nan_to_num(torch.softmax(scores, dim=-1), nan=0.0)
+    return weights @ v, weights
+'''
+
+SDPA_LOGSUMEXP = '''
+def scaled_dot_product_attention(q, k, v, mask=None):
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    lse = torch.logsumexp(scores, dim=-1, keepdim=True)       # -inf on a fully masked row
+    lse = torch.where(torch.isinf(lse), torch.zeros_like(lse), lse)
+    weights = torch.exp(scores - lse)
+    return weights @ v, weights
+'''
+
+PADDING_AS_KEY_MASK = '''
+def padding_mask(lengths, T):
+    return (torch.arange(T) < lengths[:, None])[:, None, :]    # (B, 1, T): not the documented (B, T)
+'''
+
+SA_IGNORES_D_V = '''
+class SelfAttention(nn.Module):
+    def __init__(self, d_model, d_k, d_v=None):
+        super().__init__()
+        self.w_q = nn.Linear(d_model, d_k)
+        self.w_k = nn.Linear(d_model, d_k)
+        self.w_v = nn.Linear(d_model, d_k)                      # d_v ignored
+
+    def forward(self, x, mask=None):
+        return scaled_dot_product_attention(self.w_q(x), self.w_k(x), self.w_v(x), mask)
+'''
+
+SA_GUESSES_PADDING = '''
+class SelfAttention(nn.Module):
+    def __init__(self, d_model, d_k, d_v=None):
+        super().__init__()
+        self.w_q = nn.Linear(d_model, d_k)
+        self.w_k = nn.Linear(d_model, d_k)
+        self.w_v = nn.Linear(d_model, d_k if d_v is None else d_v)
+
+    def forward(self, x, mask=None):
+        if mask is not None and mask.dim() == 2 and mask.shape[0] == x.shape[0]:
+            mask = mask[:, None, :]                           # reads a (T, T) causal mask as padding when B == T
+        return scaled_dot_product_attention(self.w_q(x), self.w_k(x), self.w_v(x), mask)
+'''
+
+SA_FUSED_QKV_LOOP = '''
+class SelfAttention(nn.Module):
+    # the three projections stay separate layers, but forward loops over the batch
+    def __init__(self, d_model, d_k, d_v=None):
+        super().__init__()
+        self.w_q = nn.Linear(d_model, d_k)
+        self.w_k = nn.Linear(d_model, d_k)
+        self.w_v = nn.Linear(d_model, d_k if d_v is None else d_v)
+
+    def forward(self, x, mask=None):
+        B, T, _ = x.shape
+        if mask is None:
+            mask = torch.ones(T, T, dtype=torch.bool)
+        mask = mask.expand(B, T, T)
+        outs, ws = [], []
+        for b in range(B):
+            o, w = scaled_dot_product_attention(self.w_q(x[b]), self.w_k(x[b]), self.w_v(x[b]), mask[b])
+            outs.append(o)
+            ws.append(w)
+        return torch.stack(outs), torch.stack(ws)
+'''
+
 VARIANTS = {
     # ---- bugs in scaled_dot_product_attention
     "sdpa_no_scaling": {
@@ -279,10 +369,33 @@ VARIANTS = {
         "replace": {"SelfAttention": SA_FORWARD_USES_W_Q_THRICE},
         "must_fail": ["test_self_attention_projections", "test_self_attention_matches_pytorch"],
     },
+    # ---- masks read by their shape, an ignored documented argument
+    "sdpa_2d_mask_guessed_as_padding_when_B_equals_T": {
+        "replace": {"scaled_dot_product_attention": SDPA_GUESSES_PADDING},
+        "must_fail": ["test_sdpa_masks"],
+    },
+    "sdpa_3d_mask_given_a_head_axis": {
+        "replace": {"scaled_dot_product_attention": SDPA_3D_MASK_GETS_HEAD_AXIS},
+        "must_fail": ["test_sdpa_masks", "test_sdpa_fully_masked"],
+    },
+    "padding_mask_returns_key_mask_shape": {
+        "replace": {"padding_mask": PADDING_AS_KEY_MASK},
+        "must_fail": ["test_padding_mask"],
+    },
+    "self_attention_ignores_d_v": {
+        "replace": {"SelfAttention": SA_IGNORES_D_V},
+        "must_fail": ["test_self_attention_shapes", "test_self_attention_projections"],
+    },
+    "self_attention_guesses_padding_when_B_equals_T": {
+        "replace": {"SelfAttention": SA_GUESSES_PADDING},
+        "must_fail": ["test_self_attention_causal_no_leak"],
+    },
     # ---- correct alternative styles: full marks
     "sdpa_einsum_where": {"replace": {"scaled_dot_product_attention": SDPA_EINSUM}, "must_fail": []},
     "sdpa_loop_over_queries": {"replace": {"scaled_dot_product_attention": SDPA_LOOPS}, "must_fail": []},
     "sdpa_finfo_min_fill": {"replace": {"scaled_dot_product_attention": SDPA_FINFO_MIN}, "must_fail": []},
     "masks_with_loops": {"replace": {"causal_mask": CAUSAL_LOOPS, "padding_mask": PADDING_LOOPS}, "must_fail": []},
     "self_attention_inline_einsum_no_bias": {"replace": {"SelfAttention": SA_INLINE_EINSUM_NO_BIAS}, "must_fail": []},
+    "sdpa_logsumexp": {"replace": {"scaled_dot_product_attention": SDPA_LOGSUMEXP}, "must_fail": []},
+    "self_attention_loop_over_batch": {"replace": {"SelfAttention": SA_FUSED_QKV_LOOP}, "must_fail": []},
 }
