@@ -109,6 +109,15 @@ VARIANTS = {
         ''')},
         "must_fail": ["test_memory_hop_empty_story"],
     },
+    "hop_ignores_H": {
+        # the documented controller map H is never used: q' = q + read
+        "replace": {"MemoryHop": _hop('''
+            scores = torch.einsum("bd,bnd->bn", controller, memory_keys).masked_fill(~mask, float("-inf"))
+            weights = torch.softmax(scores, dim=-1).masked_fill(~mask, 0.0)
+            return controller + torch.einsum("bn,bnd->bd", weights, memory_values), weights
+        ''')},
+        "must_fail": ["test_memory_hop_controller_update", "test_memory_hop_worked_example"],
+    },
     # ---------------------------------------------------------------- correct, in other styles
     "where_and_dtype_min_style": {
         # torch.where with the dtype's minimum, explicit F.linear with H's weight, zeroing empty rows
@@ -119,6 +128,17 @@ VARIANTS = {
             weights = torch.softmax(scores, dim=-1) * mask.to(scores.dtype)
             read = torch.einsum("bn,bnd->bd", weights, memory_values)
             return F.linear(controller, self.H.weight) + read, weights
+        ''')},
+        "must_fail": [],
+    },
+    "logsumexp_style": {
+        # weights = exp(scores - logsumexp(scores)): sound, though off by ~1e-3 at scores of 3e4 in float32
+        "replace": {"MemoryHop": _hop('''
+            scores = (memory_keys * controller[:, None, :]).sum(-1).masked_fill(~mask, float("-inf"))
+            lse = torch.logsumexp(scores, dim=-1, keepdim=True)
+            lse = torch.where(torch.isinf(lse), torch.zeros_like(lse), lse)      # an empty story
+            weights = torch.exp(scores - lse)
+            return self.H(controller) + (weights[:, :, None] * memory_values).sum(1), weights
         ''')},
         "must_fail": [],
     },
