@@ -82,6 +82,25 @@ VARIANTS = {
 '''},
         "must_fail": ["test_mlp_score_shape", "test_mlp_score_value"],
     },
+    "cosine_ignores_eps": {
+        # the documented eps argument is replaced by a constant
+        "replace": {"cosine_score": """
+            def cosine_score(q, k, eps=1e-8):
+                q_hat = q / q.norm(dim=-1, keepdim=True).clamp(min=1e-8)
+                k_hat = k / k.norm(dim=-1, keepdim=True).clamp(min=1e-8)
+                return dot_score(q_hat, k_hat)
+        """},
+        "must_fail": ["test_cosine_score_zero_vector"],
+    },
+    "mlp_drops_the_bias": {
+        # b (held by w_k) is documented but left out
+        "replace": {"MLPScore": _MLP_INIT + '''
+    def forward(self, q, k):
+        k_h = F.linear(k, self.w_k.weight)
+        return self.v(torch.tanh(self.w_q(q).unsqueeze(-2) + k_h.unsqueeze(-3))).squeeze(-1)
+'''},
+        "must_fail": ["test_mlp_score_value"],
+    },
     # ------------------------------------------------------------------ masked softmax
     "masked_softmax_finite_fill": {
         "replace": {"masked_softmax": """
@@ -135,6 +154,17 @@ VARIANTS = {
             def masked_softmax(scores, mask):
                 w = torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-2)
                 return torch.nan_to_num(w, nan=0.0) * mask
+        """},
+        "must_fail": ["test_masked_softmax_rows"],
+    },
+    "masked_softmax_guesses_padding": {
+        # a 2-D mask whose first size equals the batch is read as (B, T_k) padding: wrong when B == T_q
+        "replace": {"masked_softmax": """
+            def masked_softmax(scores, mask):
+                if mask.dim() == 2 and scores.dim() == 3 and mask.shape[0] == scores.shape[0]:
+                    mask = mask[:, None, :]
+                w = torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1)
+                return torch.nan_to_num(w, nan=0.0)
         """},
         "must_fail": ["test_masked_softmax_rows"],
     },
@@ -199,6 +229,19 @@ VARIANTS = {
                     return torch.where(mask, w, torch.zeros_like(w))
             """,
         },
+        "must_fail": [],
+    },
+    "masked_softmax_max_by_hand": {
+        "replace": {"masked_softmax": """
+            def masked_softmax(scores, mask):
+                # subtract the largest allowed score by hand; masked entries are zeroed after exp
+                mask = mask.expand_as(scores)
+                top = torch.where(mask, scores, torch.full_like(scores, float("-inf"))).amax(dim=-1, keepdim=True)
+                top = torch.where(torch.isinf(top), torch.zeros_like(top), top)
+                e = torch.where(mask, torch.exp(torch.where(mask, scores - top, torch.zeros_like(scores))), torch.zeros_like(scores))
+                total = e.sum(dim=-1, keepdim=True)
+                return e / torch.where(total > 0, total, torch.ones_like(total))
+        """},
         "must_fail": [],
     },
 }
