@@ -29,6 +29,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from course import masks
+
 __all__ = ["to_torch_mha", "to_torch_attn_mask", "to_torch_key_padding_mask", "rows_with_a_key", "torch_mha_forward"]
 
 
@@ -82,8 +84,8 @@ def to_torch_attn_mask(mask: torch.Tensor, *, batch_size: int | None = None, n_h
 
     !!! THE CONVENTION FLIPS HERE !!!  Ours: **True = attention allowed**.
     ``nn.MultiheadAttention``'s boolean masks: **True = NOT allowed** (the position is masked out).
-    This function inverts the mask (and reshapes it); it is the only place in the course where
-    that happens.
+    This function inverts the mask (with :func:`course.masks.to_torch`, the course's one flip) and
+    reshapes it.
 
     Args:
         mask: bool, True where query ``i`` may attend to key ``j``. Either ``(T_q, T_k)`` (shared by
@@ -98,7 +100,7 @@ def to_torch_attn_mask(mask: torch.Tensor, *, batch_size: int | None = None, n_h
     if mask.dtype != torch.bool:
         raise TypeError(f"expected a boolean mask (True = allowed), got dtype {mask.dtype}.")
     if mask.dim() == 2:
-        return ~mask                                                          # (T_q, T_k)
+        return masks.to_torch(mask)                                           # (T_q, T_k)
     if mask.dim() != 4:
         raise ValueError(
             f"expected a (T_q, T_k) or a 4-D (B, H, T_q, T_k)-broadcastable mask, got shape {tuple(mask.shape)}; "
@@ -109,7 +111,7 @@ def to_torch_attn_mask(mask: torch.Tensor, *, batch_size: int | None = None, n_h
     tq = tgt_len if tgt_len is not None else mask.shape[2]
     tk = src_len if src_len is not None else mask.shape[3]
     full = mask.expand(batch_size, n_heads, tq, tk)                             # (B, H, T_q, T_k)
-    return ~full.reshape(batch_size * n_heads, tq, tk)                          # (B*H, T_q, T_k)
+    return masks.to_torch(full.reshape(batch_size * n_heads, tq, tk))           # (B*H, T_q, T_k)
 
 
 def to_torch_key_padding_mask(real: torch.Tensor) -> torch.Tensor:
@@ -120,7 +122,7 @@ def to_torch_key_padding_mask(real: torch.Tensor) -> torch.Tensor:
     """
     if real.dtype != torch.bool or real.dim() != 2:
         raise ValueError(f"expected a boolean (B, T_k) mask, True on real tokens; got {real.dtype} {tuple(real.shape)}.")
-    return ~real
+    return masks.to_torch_key_padding(real)
 
 
 def rows_with_a_key(mask: torch.Tensor | None, batch_size: int, n_heads: int, tgt_len: int, src_len: int) -> torch.Tensor:

@@ -67,6 +67,10 @@ class MultiHeadAttention(nn.Module):
     def forward(self, query, key, value, mask=None):
 '''
 
+_CHECK_MASK = '''
+        mask = masks.attention_mask(mask, B=query.shape[0], H=self.n_heads, T_q=query.shape[1], T_k=key.shape[1])
+'''
+
 _PROJECT = '''
         q = split_heads(self.w_q(query), self.n_heads)
         k = split_heads(self.w_k(key), self.n_heads)
@@ -99,8 +103,8 @@ def _indent_join(*parts):
 
 
 def _mha(project=_PROJECT, scores=_SCORES, mask_and_softmax=_MASK_AND_SOFTMAX, dropout=_DROPOUT, output=_OUTPUT,
-         init=_INIT):
-    return _indent_join(init, project, scores, mask_and_softmax, dropout, output)
+         init=_INIT, check_mask=_CHECK_MASK):
+    return _indent_join(init, check_mask, project, scores, mask_and_softmax, dropout, output)
 
 
 MHA_NO_OUTPUT_PROJECTION = _mha(output='''
@@ -177,6 +181,38 @@ class MultiHeadAttention(nn.Module):
     def forward(self, query, key, value, mask=None):
 ''')
 
+# ---- masks outside the contract, and a delegating answer ---------------------------------------
+
+MHA_GUESSES_KEY_PADDING = _mha(check_mask='''
+        B, T_k = query.shape[0], key.shape[1]
+        if mask is not None and mask.dim() == 2 and tuple(mask.shape) == (B, T_k):
+            mask = mask[:, None, None, :]                        # guesses: a (B, T_k) padding mask (wrong when B == T_q)
+''')
+
+MHA_ACCEPTS_3D_MASK = _mha(check_mask='''
+        if mask is not None and mask.dim() == 3:
+            mask = mask[:, None]                                 # silently reads a 3-D mask as per example
+''')
+
+MHA_NO_MASK_CHECK = _mha(check_mask="")                          # broadcasts whatever it gets: (B, T, T) with B == H is per head
+
+MHA_DELEGATES_TO_TORCH = _INIT + '''
+        ref = to_torch_mha(self)                                 # the course's bridge: nn.MultiheadAttention does the work
+        B, T_q, T_k = query.shape[0], query.shape[1], key.shape[1]
+        attn_mask = None if mask is None else to_torch_attn_mask(mask, batch_size=B, n_heads=self.n_heads, tgt_len=T_q, src_len=T_k)
+        out, weights = ref(query, key, value, attn_mask=attn_mask, need_weights=True, average_attn_weights=False)
+        return out, weights.nan_to_num(0.0)
+'''
+
+MHA_CALLS_SDPA = _mha(scores="", mask_and_softmax='''
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        weights = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(self.d_head), dim=-1)
+        if mask is not None:
+            weights = torch.softmax((q @ k.transpose(-2, -1) / math.sqrt(self.d_head)).masked_fill(~mask, float("-inf")), -1).nan_to_num(0.0)
+''', output='''
+        return self.w_o(merge_heads(out.nan_to_num(0.0))), weights
+''')
+
 # ---- correct alternative styles --------------------------------------------------------------
 
 MHA_EINSUM_STYLE = '''
@@ -199,6 +235,8 @@ class MultiHeadAttention(nn.Module):
         v = self.w_v(value).view(B, Tk, H, Dh)
         scores = torch.einsum("bqhd,bkhd->bhqk", q, k) * Dh ** -0.5
         if mask is not None:
+            if mask.dtype != torch.bool or mask.dim() not in (2, 4):
+                raise ValueError("pass a bool mask of shape (T_q, T_k) or (B, 1|H, T_q, T_k); a 3-D one is ambiguous")
             mask = torch.broadcast_to(mask, scores.shape)
             scores = torch.where(mask, scores, torch.full_like(scores, float("-inf")))
         weights = torch.softmax(scores, dim=-1)
@@ -222,6 +260,7 @@ class MultiHeadAttention(nn.Module):
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, query, key, value, mask=None):
+        mask = masks.attention_mask(mask, B=query.shape[0], H=self.n_heads, T_q=query.shape[1], T_k=key.shape[1])
         Q, K, V = self.w_q(query), self.w_k(key), self.w_v(value)
         heads, maps = [], []
         for h in range(self.n_heads):                            # one head at a time, as in the paper's formula
@@ -307,6 +346,27 @@ VARIANTS = {
     "mha_bias_argument_ignored": {
         "replace": {"MultiHeadAttention": MHA_NO_BIAS_OPTION},
         "must_fail": ["test_mha_shapes"],
+    },
+    "mha_guesses_key_padding_from_shape": {
+        "replace": {"MultiHeadAttention": MHA_GUESSES_KEY_PADDING},
+        "must_fail": ["test_mha_masks"],
+    },
+    "mha_accepts_3d_mask_as_per_example": {
+        "replace": {"MultiHeadAttention": MHA_ACCEPTS_3D_MASK},
+        "must_fail": ["test_mha_masks"],
+    },
+    "mha_no_mask_check_3d_mask_per_head": {
+        "replace": {"MultiHeadAttention": MHA_NO_MASK_CHECK},
+        "must_fail": ["test_mha_masks"],
+    },
+    "mha_delegates_to_nn_multiheadattention": {
+        "replace": {"MultiHeadAttention": MHA_DELEGATES_TO_TORCH},
+        "must_fail": ["test_mha_shapes", "test_mha_matches_torch", "test_mha_cross_attention", "test_mha_masks",
+                      "test_mha_gradients", "test_mha_dropout"],
+    },
+    "mha_calls_scaled_dot_product_attention": {
+        "replace": {"MultiHeadAttention": MHA_CALLS_SDPA},
+        "must_fail": ["test_mha_matches_torch", "test_mha_masks"],
     },
     # ---- correct alternative styles: full marks
     "split_merge_unflatten_permute_style": {
