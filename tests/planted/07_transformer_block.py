@@ -166,22 +166,21 @@ class EncoderBlock(nn.Module):
 
     def forward(self, x, mask=None):
         B, T, D = x.shape
-        attn_mask, key_padding_mask = None, None
-        if mask is not None:
-            if mask.dim() == 2 and tuple(mask.shape) == (B, T):
-                key_padding_mask = {flip}mask
-            elif mask.dim() == 2:
-                attn_mask = {flip}mask
-            else:
-                attn_mask = {flip}mask.expand(B, T, T).repeat_interleave(self.self_attn.num_heads, dim=0)
-
+        H = self.self_attn.num_heads
+{mask_code}
         def attend(h):
-            return self.dropout1(self.self_attn(h, h, h, attn_mask=attn_mask, key_padding_mask=key_padding_mask,
-                                                need_weights=False)[0])
+            return self.dropout1(self.self_attn(h, h, h, attn_mask=attn_mask, need_weights=False)[0])
 
         ff = lambda h: self.dropout2(self.ff(h))
 {body}
         return x
+'''
+
+CONTRACT_MASK = '''\
+        mask = masks.attention_mask(mask, B=B, H=H, T_q=T, T_k=T)
+        attn_mask = None
+        if mask is not None:
+            attn_mask = {flip}mask.expand(B, H, T, T).reshape(B * H, T, T)
 '''
 
 CORRECT_BODY = '''\
@@ -192,7 +191,7 @@ CORRECT_BODY = '''\
             x = self.norm1(x + attend(x))
             x = self.norm2(x + ff(x))'''
 
-BLOCK_NO_RESIDUAL = BLOCK_INIT.format(flip="~", body='''\
+BLOCK_NO_RESIDUAL = BLOCK_INIT.format(mask_code=CONTRACT_MASK.format(flip="~"), body='''\
         if self.norm_first:
             x = attend(self.norm1(x))                       # no `x +`
             x = ff(self.norm2(x))
@@ -200,11 +199,11 @@ BLOCK_NO_RESIDUAL = BLOCK_INIT.format(flip="~", body='''\
             x = self.norm1(attend(x))
             x = self.norm2(ff(x))''')
 
-BLOCK_ALWAYS_PRE_NORM = BLOCK_INIT.format(flip="~", body='''\
+BLOCK_ALWAYS_PRE_NORM = BLOCK_INIT.format(mask_code=CONTRACT_MASK.format(flip="~"), body='''\
         x = x + attend(self.norm1(x))                       # pre-norm even when post-norm was asked for
         x = x + ff(self.norm2(x))''')
 
-BLOCK_NORM_ON_SUBLAYER_OUTPUT = BLOCK_INIT.format(flip="~", body='''\
+BLOCK_NORM_ON_SUBLAYER_OUTPUT = BLOCK_INIT.format(mask_code=CONTRACT_MASK.format(flip="~"), body='''\
         if self.norm_first:
             x = x + attend(self.norm1(x))
             x = x + ff(self.norm2(x))
@@ -212,7 +211,7 @@ BLOCK_NORM_ON_SUBLAYER_OUTPUT = BLOCK_INIT.format(flip="~", body='''\
             x = x + self.norm1(attend(x))                   # normalises the sublayer's output only
             x = x + self.norm2(ff(x))''')
 
-BLOCK_NORMS_SWAPPED = BLOCK_INIT.format(flip="~", body='''\
+BLOCK_NORMS_SWAPPED = BLOCK_INIT.format(mask_code=CONTRACT_MASK.format(flip="~"), body='''\
         if self.norm_first:
             x = x + attend(self.norm2(x))                   # norm2 with the attention, norm1 with the FFN
             x = x + ff(self.norm1(x))
@@ -220,7 +219,7 @@ BLOCK_NORMS_SWAPPED = BLOCK_INIT.format(flip="~", body='''\
             x = self.norm2(x + attend(x))
             x = self.norm1(x + ff(x))''')
 
-BLOCK_MASK_NOT_FLIPPED = BLOCK_INIT.format(flip="", body=CORRECT_BODY)   # hands True = allowed to PyTorch as is
+BLOCK_MASK_NOT_FLIPPED = BLOCK_INIT.format(mask_code=CONTRACT_MASK.format(flip=""), body=CORRECT_BODY)   # hands True = allowed to PyTorch as is
 
 BLOCK_FLOAT_MASK_STYLE = '''
 class EncoderBlock(nn.Module):
@@ -235,13 +234,13 @@ class EncoderBlock(nn.Module):
     def _sa_block(self, x, mask):
         B, T, _ = x.shape
         additive = None
-        if mask is not None:
-            if mask.dim() == 2 and tuple(mask.shape) == (B, T):
-                mask = mask[:, None, :].expand(B, T, T)                      # key padding as a (B, T, T) pattern
-            elif mask.dim() == 2:
-                mask = mask.expand(B, T, T)
-            neg = torch.zeros(mask.shape, dtype=x.dtype).masked_fill(~mask, float("-inf"))
-            additive = neg.repeat_interleave(self.self_attn.num_heads, dim=0)  # (B*H, T, T), float: added to scores
+        if mask is not None:                                                 # its own check of the contract
+            if mask.dtype != torch.bool or mask.dim() not in (2, 4):
+                raise ValueError("pass a bool (T, T) or (B, 1 or H, T, T) mask; a 3-D mask is ambiguous")
+            H = self.self_attn.num_heads
+            full = mask if mask.dim() == 2 else torch.broadcast_to(mask, (B, H, T, T))
+            neg = torch.zeros(full.shape, dtype=x.dtype).masked_fill(~full, float("-inf"))
+            additive = neg if mask.dim() == 2 else neg.reshape(B * H, T, T)  # float: added to the scores
         return self.dropout1(self.self_attn(x, x, x, attn_mask=additive, need_weights=False)[0])
 
     def _ff_block(self, x):
@@ -253,6 +252,56 @@ class EncoderBlock(nn.Module):
             return x + self._ff_block(self.norm2(x))
         x = self.norm1(x + self._sa_block(x, mask))
         return self.norm2(x + self._ff_block(x))
+'''
+
+BLOCK_GUESSES_KEY_PADDING = BLOCK_INIT.format(body=CORRECT_BODY, mask_code='''\
+        if mask is not None and mask.dim() == 2 and tuple(mask.shape) == (B, T):
+            mask = mask[:, None, None, :]                  # guesses key padding: wrong for a (T, T) mask when B == T
+        mask = masks.attention_mask(mask, B=B, H=H, T_q=T, T_k=T)
+        attn_mask = None if mask is None else ~mask.expand(B, H, T, T).reshape(B * H, T, T)
+''')
+
+BLOCK_ACCEPTS_3D_MASK = BLOCK_INIT.format(body=CORRECT_BODY, mask_code='''\
+        if mask is not None and mask.dim() == 3:
+            mask = mask[:, None]                           # silently reads a 3-D mask as per example
+        mask = masks.attention_mask(mask, B=B, H=H, T_q=T, T_k=T)
+        attn_mask = None if mask is None else ~mask.expand(B, H, T, T).reshape(B * H, T, T)
+''')
+
+BLOCK_HEAD_MAJOR_LAYOUT = BLOCK_INIT.format(body=CORRECT_BODY, mask_code='''\
+        mask = masks.attention_mask(mask, B=B, H=H, T_q=T, T_k=T)
+        attn_mask = None
+        if mask is not None:                               # head-major rows h*B + b: PyTorch wants b*H + h
+            attn_mask = ~mask.expand(B, H, T, T).transpose(0, 1).reshape(B * H, T, T)
+''')
+
+BLOCK_NO_SUBLAYER_DROPOUT = BLOCK_INIT.format(mask_code=CONTRACT_MASK.format(flip="~"), body=CORRECT_BODY).replace(
+    "self.dropout1 = nn.Dropout(dropout)", "self.dropout1 = nn.Identity()").replace(
+    "self.dropout2 = nn.Dropout(dropout)", "self.dropout2 = nn.Identity()")   # dropout only inside attention / FFN
+
+BLOCK_DROPOUT_ALWAYS_ON = BLOCK_INIT.format(mask_code=CONTRACT_MASK.format(flip="~"), body=CORRECT_BODY).replace(
+    "ff = lambda h: self.dropout2(self.ff(h))", "ff = lambda h: F.dropout(self.ff(h), self.dropout2.p)")  # also in eval mode
+
+BLOCK_DELEGATES_TO_TORCH = '''
+class EncoderBlock(nn.Module):
+    def __init__(self, d_model, n_heads, d_ff, dropout=0.0, norm_first=False):
+        super().__init__()
+        self.norm_first = norm_first
+        self.self_attn = nn.MultiheadAttention(d_model, n_heads, dropout=dropout, batch_first=True)
+        self.ff = FeedForward(d_model, d_ff, dropout)
+        self.norm1 = LayerNorm(d_model)
+        self.norm2 = LayerNorm(d_model)
+        self.dropout1 = nn.Dropout(dropout)
+        self.dropout2 = nn.Dropout(dropout)
+
+    def forward(self, x, mask=None):
+        from course.oracles.attention import to_torch_attn_mask
+        layer = to_torch_encoder_layer(self, dropout=self.dropout1.p)      # the course's bridge does the wiring
+        src_mask = None
+        if mask is not None:
+            src_mask = to_torch_attn_mask(mask, batch_size=x.shape[0], n_heads=self.self_attn.num_heads,
+                                          tgt_len=x.shape[1], src_len=x.shape[1])
+        return layer(x, src_mask=src_mask)
 '''
 
 VARIANTS = {
@@ -294,5 +343,18 @@ VARIANTS = {
                             "must_fail": ["test_encoder_block_matches_torch_post_norm", "test_encoder_block_matches_torch_pre_norm"]},
     "block_mask_not_flipped": {"replace": {"EncoderBlock": BLOCK_MASK_NOT_FLIPPED},
                                "must_fail": ["test_encoder_block_masks"]},
+    "block_guesses_key_padding_from_shape": {"replace": {"EncoderBlock": BLOCK_GUESSES_KEY_PADDING},
+                                             "must_fail": ["test_encoder_block_masks"]},
+    "block_accepts_3d_mask_as_per_example": {"replace": {"EncoderBlock": BLOCK_ACCEPTS_3D_MASK},
+                                             "must_fail": ["test_encoder_block_masks"]},
+    "block_per_head_mask_head_major": {"replace": {"EncoderBlock": BLOCK_HEAD_MAJOR_LAYOUT},
+                                       "must_fail": ["test_encoder_block_masks"]},
+    "block_no_dropout_on_sublayer_outputs": {"replace": {"EncoderBlock": BLOCK_NO_SUBLAYER_DROPOUT},
+                                             "must_fail": ["test_encoder_block_dropout"]},
+    "block_dropout_in_eval_mode": {"replace": {"EncoderBlock": BLOCK_DROPOUT_ALWAYS_ON},
+                                   "must_fail": ["test_encoder_block_dropout"]},
+    "block_delegates_to_torch_layer": {"replace": {"EncoderBlock": BLOCK_DELEGATES_TO_TORCH},
+                                       "must_fail": ["test_encoder_block_matches_torch_post_norm",
+                                                     "test_encoder_block_matches_torch_pre_norm"]},
     "block_float_mask_style": {"replace": {"EncoderBlock": BLOCK_FLOAT_MASK_STYLE}, "must_fail": []},
 }

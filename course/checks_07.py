@@ -1,0 +1,99 @@
+"""Helpers for lesson 07's test cells (the Transformer block), so that each locked cell reads as its one idea.
+
+Nothing here is a graded answer. The reference for the block is PyTorch's ``nn.TransformerEncoderLayer``
+holding a copy of the learner's weights (:mod:`course.oracles.transformer`); masks are flipped to
+PyTorch's convention by :mod:`course.masks` (through :func:`course.oracles.attention.to_torch_attn_mask`).
+The learner's modules are only called, read, or given parameters with :func:`course.checks.set_params`,
+so every helper works the same in the learner's kernel and under the grader's judge.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from course import checks
+from course.oracles.attention import to_torch_attn_mask
+from course.oracles.transformer import to_torch_encoder_layer
+
+__all__ = ["SHORTCUTS", "randomise_norms", "switch_off_sublayers", "torch_block_output", "compare_with_torch", "check_rejects"]
+
+
+SHORTCUTS = ("TransformerEncoderLayer", "to_torch_encoder_layer", "load_torch_encoder_layer")
+WHY = "wire the block yourself (self_attn, ff, norm1, norm2, the residuals) instead of running PyTorch's ready-made layer"
+
+
+def randomise_norms(block, generator: torch.Generator):
+    """Give ``norm1`` and ``norm2`` of the learner's block different random gammas and betas (so that
+    swapping the two norms shows), through ``set_params``. Returns the block."""
+    state = checks.call(block.state_dict, what="EncoderBlock.state_dict")
+    values = {}
+    for name in ("norm1", "norm2"):
+        for part, base in (("weight", 1.0), ("bias", 0.0)):
+            key = f"{name}.{part}"
+            checks.check(key in state, f"your EncoderBlock has no parameter {key!r}: name the norms norm1 and norm2, "
+                                       "with parameters weight and bias.")
+            values[key] = base + 0.3 * torch.randn(state[key].shape, generator=generator)
+    checks.set_params(block, values, "your EncoderBlock")
+    return block
+
+
+def switch_off_sublayers(block):
+    """Zero the output projections of the attention and of the feed-forward network: f(.) = 0 for both."""
+    state = checks.call(block.state_dict, what="EncoderBlock.state_dict")
+    names = ["self_attn.out_proj.weight", "self_attn.out_proj.bias", "ff.linear2.weight", "ff.linear2.bias"]
+    missing = [n for n in names if n not in state]
+    checks.check(not missing, f"your EncoderBlock has no parameter {missing[0] if missing else ''!r}: use "
+                              "self_attn = nn.MultiheadAttention(...) and ff = FeedForward(...) with linear1, linear2.")
+    checks.set_params(block, {n: torch.zeros(state[n].shape) for n in names}, "your EncoderBlock")
+    return block
+
+
+def torch_block_output(block, x, mask=None):
+    """``nn.TransformerEncoderLayer`` with a copy of ``block``'s weights (eval mode) applied to ``x``.
+
+    ``mask`` follows the course's contract (True = allowed; (T, T), (B, 1, 1, T), (B, 1, T, T) or
+    (B, H, T, T)) and is flipped to PyTorch's ``src_mask`` convention here.
+    """
+    layer = to_torch_encoder_layer(block).eval()
+    src_mask = None
+    if mask is not None:
+        B, T = x.shape[0], x.shape[1]
+        src_mask = to_torch_attn_mask(mask, batch_size=B, n_heads=layer.self_attn.num_heads, tgt_len=T, src_len=T)
+    with torch.no_grad():
+        return layer(x, src_mask=src_mask)
+
+
+def compare_with_torch(cls, x, what, *, norm_first, n_heads, d_ff, generator, mask=None, dropout=0.0, hint=""):
+    """A fresh ``cls(D, n_heads, d_ff, dropout=..., norm_first=...)`` in eval mode, with random norms, equals
+    PyTorch's layer on ``x``."""
+    block = checks.call(cls, x.shape[-1], n_heads, d_ff, dropout=dropout, norm_first=norm_first,
+                        what="EncoderBlock.__init__").eval()
+    randomise_norms(block, generator)
+    want = torch_block_output(block, x, mask)
+    args = (x,) if mask is None else (x, mask)
+    with checks.forbid(cls, *SHORTCUTS, why=WHY):
+        out = checks.call(block, *args, what="EncoderBlock.forward")
+    layout = ("pre-norm: x = x + attn(norm1(x)); x = x + ff(norm2(x))." if norm_first else
+              "post-norm: x = norm1(x + attn(x)); x = norm2(x + ff(x)).")
+    checks.check_close(out, want, what, atol=1e-5, hint=hint or (layout + " Check which norm goes with which sublayer "
+                                                                 "(and that your LayerNorm tests pass)."))
+    return block
+
+
+def check_rejects(block, x, mask, what):
+    """The learner's block refuses an ambiguous ``mask`` with an error instead of guessing what it means.
+
+    Call it after a normal call of the same block in the same test (an unimplemented stub must not pass
+    by raising NotImplementedError).
+    """
+    try:
+        block(x, mask)
+    except NotImplementedError:
+        raise AssertionError("EncoderBlock.forward is not implemented yet.") from None
+    except Exception:  # noqa: BLE001 - any error is a refusal
+        return
+    raise AssertionError(
+        f"your EncoderBlock accepted {what} without complaint. A 3-D mask is ambiguous (one pattern per example, or "
+        "one per head?) and must be an error that says what to pass: (B, 1, T, T) per example, (B, H, T, T) per "
+        "head (course.masks.attention_mask does this check)."
+    )
