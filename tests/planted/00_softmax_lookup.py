@@ -36,6 +36,47 @@ VARIANTS = {
         """},
         "must_fail": ["test_soft_lookup_values"],
     },
+    # Forbidden shortcuts: the exercise says "without calling torch.softmax"; every softmax test must catch them.
+    "softmax_calls_torch_softmax": {
+        "replace": {"softmax": """
+            import torch
+            def softmax(x, dim=-1):
+                return torch.softmax(x, dim=dim)
+        """},
+        "must_fail": ["test_softmax_basic", "test_softmax_stable", "test_softmax_dim", "test_softmax_properties"],
+    },
+    "softmax_calls_F_softmax": {
+        "replace": {"softmax": """
+            import torch.nn.functional as F
+            def softmax(x, dim=-1):
+                return F.softmax(x, dim=dim)
+        """},
+        "must_fail": ["test_softmax_basic", "test_softmax_stable", "test_softmax_dim", "test_softmax_properties"],
+    },
+    "softmax_tensor_method": {
+        "replace": {"softmax": """
+            def softmax(x, dim=-1):
+                return x.softmax(dim)
+        """},
+        "must_fail": ["test_softmax_basic", "test_softmax_stable", "test_softmax_dim", "test_softmax_properties"],
+    },
+    "softmax_log_softmax_exp": {
+        "replace": {"softmax": """
+            def softmax(x, dim=-1):
+                return x.log_softmax(dim=dim).exp()
+        """},
+        "must_fail": ["test_softmax_basic", "test_softmax_stable", "test_softmax_dim", "test_softmax_properties"],
+    },
+    "lookup_calls_torch_softmax": {
+        "replace": {"soft_lookup": """
+            import torch
+            def soft_lookup(query, keys, values, temperature=1.0):
+                weights = torch.softmax(keys @ query / temperature, dim=-1)
+                return weights @ values, weights
+        """},
+        "must_fail": ["test_soft_lookup_shapes", "test_soft_lookup_values", "test_soft_lookup_temperature",
+                      "test_soft_lookup_set"],
+    },
     # Correct solutions written another way: they must keep full marks.
     "loop_and_logsumexp_style": {
         "replace": {
@@ -64,6 +105,20 @@ VARIANTS = {
             def soft_lookup(query, keys, values, temperature=1.0):
                 w = softmax(torch.einsum("nd,d->n", keys, query) / temperature)
                 return torch.einsum("n,nv->v", w, values), w
+        """},
+        "must_fail": [],
+    },
+    "softmax_loop_over_rows": {
+        "replace": {"softmax": """
+            import torch
+            def softmax(x, dim=-1):
+                # move `dim` last, then one row at a time
+                moved = x.movedim(dim, -1)
+                rows = []
+                for row in moved.reshape(-1, moved.shape[-1]):
+                    e = torch.exp(row - row.max())
+                    rows.append(e / e.sum())
+                return torch.stack(rows).reshape(moved.shape).movedim(-1, dim)
         """},
         "must_fail": [],
     },
