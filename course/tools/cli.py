@@ -58,7 +58,9 @@ def _cmd_check(args) -> int:
 def _cmd_grade(args) -> int:
     from course.tools.grading import OK_STATUSES, grade, summary_table
 
-    results = grade(Path(args.submissions), Path(args.out), timeout=args.timeout, lessons=args.lesson or None)
+    results = grade(Path(args.submissions), Path(args.out), timeout=args.timeout, lessons=args.lesson or None,
+                    jobs=args.jobs, unsafe_no_sandbox=args.unsafe_no_sandbox, regrade=args.regrade,
+                    notebook_timeout=args.notebook_timeout, memory_mb=args.memory)
     print()
     print(summary_table(results))
     print(f"Grades: {Path(args.out).resolve()}/grades.csv; per test: results.json; feedback: feedback/<student>/<lesson>/")
@@ -114,12 +116,20 @@ def build_parser() -> argparse.ArgumentParser:
     c.set_defaults(func=_cmd_check)
 
     g = sub.add_parser("grade", help="grade a folder of submissions with nbgrader",
-                       description="Grade SUBMISSIONS/<student>/<lesson>/<lesson>.ipynb; write grades.csv, results.json, "
-                                   "feedback HTML and the gradebook into --out.")
+                       description="Grade SUBMISSIONS/<student>/<lesson>/<lesson>.ipynb, each in a sandbox (bubblewrap), "
+                                   "with test verdicts decided outside it; write grades.csv, results.json, feedback HTML "
+                                   "and the gradebook into --out.")
     g.add_argument("submissions", help="folder laid out as nbgrader's submitted/: <student>/<lesson>/<lesson>.ipynb")
     g.add_argument("--out", required=True, help="workspace for grades, feedback and nbgrader's state (created if needed)")
     g.add_argument("--timeout", type=int, default=60, help="seconds one cell may run before it is stopped (default 60)")
     g.add_argument("--lesson", action="append", help="grade only this lesson (repeatable)")
+    g.add_argument("--jobs", "-j", type=int, default=None, help="submissions graded at a time (default: the number of CPU cores)")
+    g.add_argument("--notebook-timeout", type=int, default=None,
+                   help="seconds a whole notebook may take (default: 20 x --timeout, at least 600)")
+    g.add_argument("--memory", type=int, default=4096, help="memory limit of a submission's processes, in MiB (default 4096)")
+    g.add_argument("--regrade", action="store_true", help="grade again submissions already graded and unchanged")
+    g.add_argument("--unsafe-no-sandbox", action="store_true",
+                   help="run submissions WITHOUT the bubblewrap sandbox (only for code you trust)")
     g.set_defaults(func=_cmd_grade)
 
     d = sub.add_parser("doctor", help="versions, device, and whether Jupyter/nbgrader are set up",

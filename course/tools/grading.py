@@ -1,24 +1,38 @@
-"""``course grade``: grade a folder of submissions with nbgrader, robustly.
+"""``course grade``: grade a folder of submissions, isolated, in parallel, with verdicts out of reach.
 
 Layout in: ``SUBMISSIONS/<student>/<lesson>/<lesson>.ipynb`` (nbgrader's ``submitted/``).
 Layout out (``--out DIR``, an nbgrader course root)::
 
-    grades.csv      student, lesson, score, max_score, status
-    results.json    every test cell: grade_id, points, max_points, passed, message; plus status/detail
-    feedback/<student>/<lesson>/<lesson>.html   failures and messages, never the hidden tests' source
-    gradebook.db, source/, release/, submitted/, autograded/   nbgrader's own state
+    grades.csv      student, lesson, score, max_score, status       (rewritten after every submission)
+    results.json    every test cell: grade_id, points, max_points, passed, message; status, detail
+    feedback/<student>/<lesson>/<lesson>.html   the student's code, outputs and test messages, no hidden test
+    autograded/<student>/<lesson>/<lesson>.ipynb the notebook as graded (for the instructor, formgrader)
+    gradebook.db, source/, release/             nbgrader's own state; scores go into its gradebook
 
-Every submission is checked before nbgrader sees it (missing or misnamed notebook, invalid JSON,
-deleted test cells), graded in its own kernel with a per-cell timeout, and given a status that says
-what happened. One broken submission never stops the others; grading twice gives the same result.
+How a submission is graded (see :mod:`course.tools.judge`): its cells run in a sandbox
+(:mod:`course.tools.sandbox`: bubblewrap, no network, a private scratch folder, an unprivileged user,
+limits on memory, processes, CPU, wall time and output); each test cell's code -- the instructor's,
+hidden tests included -- runs in a trusted judge process that only receives data back. Experiment
+cells (tagged ``experiment``) are skipped. ``--jobs N`` grades N submissions at a time.
+
+Only this process writes results, after each submission finishes (atomic replace), so an
+interrupted batch keeps what it graded and a re-run resumes: a submission whose notebook and lesson
+have not changed keeps its result (``--regrade`` grades everything again).
 """
 
 from __future__ import annotations
 
 import csv
+import hashlib
 import json
+import os
+import queue
 import re
 import shutil
+import subprocess
+import sys
+import tempfile
+import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -26,11 +40,22 @@ from pathlib import Path
 import nbformat
 
 from course.tools.lessons import all_lessons
-from course.tools.workspace import Workspace, quiet_logs
+from course.tools.workspace import Workspace
 
-__all__ = ["CellResult", "SubmissionResult", "grade", "summary_table", "OK_STATUSES"]
+__all__ = ["CellResult", "SubmissionResult", "grade", "summary_table", "OK_STATUSES", "STATUSES"]
 
 OK_STATUSES = ("graded",)
+STATUSES = {
+    "graded": "graded normally",
+    "timeout": "a cell ran past --timeout and was stopped; the rest of the notebook was still graded",
+    "test-cells-deleted": "the student deleted test cells: those score 0, the rest are graded",
+    "kernel-died": "the student's process died (os._exit, a crash, out of memory); restarted, the rest graded",
+    "suspicious": "graded, but the code tampers with grading or reaches outside: look at it by hand",
+    "invalid-notebook": "not valid notebook JSON (truncated, edited by hand): 0 points",
+    "missing-notebook": "no notebook in the lesson folder: 0 points",
+    "unknown-lesson": "a folder that is not a lesson of this course",
+    "grader-error": "the grader itself failed on this submission (a bug: please report it): 0 points",
+}
 _HIDDEN = re.compile(r"### BEGIN HIDDEN TESTS.*?### END HIDDEN TESTS\n?", re.S)
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
@@ -55,36 +80,16 @@ class SubmissionResult:
     seconds: float = 0.0
     cells: list[CellResult] = field(default_factory=list)
     feedback: str = ""
+    sha256: str = ""
+    phases: dict = field(default_factory=dict)
 
 
-def _grade_cells(nb) -> list:
-    return [c for c in nb.cells if c.get("metadata", {}).get("nbgrader", {}).get("grade")]
+def _test_cells(nb) -> list:
+    return [c for c in nb.cells if c.cell_type == "code" and c.get("metadata", {}).get("nbgrader", {}).get("grade")]
 
 
 def _max_score(source_nb) -> float:
-    return float(sum(c.metadata.nbgrader.get("points", 0) for c in _grade_cells(source_nb)))
-
-
-def _error_message(cell) -> str:
-    """What a test cell's failure says, in one or two lines, without its source or traceback."""
-    for out in cell.get("outputs", []):
-        if out.get("output_type") == "error":
-            ename, evalue = out.get("ename", "Error"), _ANSI.sub("", str(out.get("evalue", ""))).strip()
-            if ename == "CellTimeoutError":
-                return "this cell ran past the time limit and was stopped (an infinite loop, or very slow code?)"
-            if ename == "NameError":
-                return f"{evalue}: run (or fix) the cell that defines it"
-            return f"{ename}: {evalue}" if evalue else f"{ename} (a check failed without a message)"
-    for out in cell.get("outputs", []):
-        if out.get("output_type") == "stream" and out.get("name") == "stderr":
-            return "the cell wrote to stderr, which nbgrader counts as a failure"
-    return ""
-
-
-def _last_error_line(log: str) -> str:
-    """The most telling line of nbgrader's log: the last exception it reports."""
-    lines = [ln.strip() for ln in log.splitlines() if re.match(r"\s*[\w.]+(Error|Exception)\b", ln)]
-    return (lines[0] if lines else (log.strip().splitlines() or ["no log"])[-1])[:300]
+    return float(sum(c.metadata.nbgrader.get("points", 0) for c in _test_cells(source_nb)))
 
 
 def _find_notebook(folder: Path, lesson: str) -> tuple[Path | None, str]:
@@ -116,22 +121,49 @@ def _read_notebook(path: Path):
     return nb, ""
 
 
-def _feedback_html(autograded, result: SubmissionResult, out_path: Path) -> None:
+def _graded_notebook(nb, source_nb, release_nb, judged: dict, *, for_student: bool):
+    """The submission with the outputs the sandbox produced and each test's verdict.
+
+    For the student (feedback): test cells show their visible part only (the released version),
+    never hidden test code. For the instructor (autograded/): the full trusted test cell.
+    """
+    out = nbformat.from_dict(json.loads(json.dumps(nb)))
+    trusted = {c.metadata.nbgrader.grade_id: c for c in _test_cells(source_nb)}
+    visible = {c.metadata.nbgrader.grade_id: c for c in _test_cells(release_nb)}
+    verdicts = {c["grade_id"]: c for c in judged.get("cells", [])}
+    outputs = judged.get("outputs", {})
+    for i, cell in enumerate(out.cells):
+        if cell.cell_type != "code":
+            continue
+        cell.outputs, cell.execution_count = [], None
+        gid = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
+        if gid in trusted:
+            src = visible.get(gid) if for_student else trusted.get(gid)
+            cell.source = _HIDDEN.sub("# (hidden tests ran here; their code is not shown)\n", src.source) if src is not None else ""
+            cell.metadata["nbgrader"] = dict(trusted[gid].metadata.nbgrader)
+            v = verdicts.get(gid)
+            if v and not v["passed"]:
+                ename, _, evalue = v["message"].partition(": ")
+                cell.outputs = [nbformat.v4.new_output("error", ename=ename or "Error", evalue=evalue or v["message"],
+                                                       traceback=[v["message"]])]
+            continue
+        got = outputs.get(str(i))
+        if not got:
+            continue
+        if got.get("output"):
+            cell.outputs.append(nbformat.v4.new_output("stream", name="stdout", text=got["output"]))
+        err = got.get("error")
+        if err:
+            cell.outputs.append(nbformat.v4.new_output("error", ename=str(err.get("type", "Error")),
+                                                       evalue=str(err.get("message", "")),
+                                                       traceback=[f"{err.get('type', 'Error')}: {err.get('message', '')}"]))
+    return out
+
+
+def _feedback_html(nb, result: SubmissionResult, out_path: Path, hidden_lines: set[str]) -> None:
     """Feedback the student may see: their code and outputs, test messages, no hidden test source."""
     from nbconvert import HTMLExporter
 
-    nb = nbformat.from_dict(json.loads(json.dumps(autograded)))  # a private copy
-    for cell in nb.cells:
-        meta = cell.get("metadata", {}).get("nbgrader", {})
-        if cell.cell_type != "code":
-            continue
-        if meta.get("grade"):
-            if _HIDDEN.search(cell.source):
-                cell.source = _HIDDEN.sub("# (hidden tests ran here; their code is not shown)\n", cell.source)
-        for out in cell.get("outputs", []):
-            if out.get("output_type") == "error":
-                # A traceback would show the hidden tests' source lines: keep only the message.
-                out["traceback"] = [f"{out.get('ename', 'Error')}: {_ANSI.sub('', str(out.get('evalue', '')))}"]
     lines = [f"# Feedback: {result.lesson}", "", f"**{result.student}** scored **{result.score:g} / {result.max_score:g}**"
              f" (status: {result.status}{'; ' + result.detail if result.detail else ''}).", "",
              "| test | points | result |", "|---|---|---|"]
@@ -140,136 +172,324 @@ def _feedback_html(autograded, result: SubmissionResult, out_path: Path) -> None
         lines.append(f"| `{c.grade_id}` | {c.points:g} / {c.max_points:g} | {msg} |")
     nb.cells.insert(0, nbformat.v4.new_markdown_cell("\n".join(lines)))
     body, _ = HTMLExporter(template_name="lab").from_notebook_node(nb)
-    out_path.parent.mkdir(parents=True, exist_ok=True)
-    out_path.write_text(body, encoding="utf-8")
+    # Defence in depth: no line of a hidden test may appear, whatever printed it.
+    for line in hidden_lines:
+        for variant in {line, __import__("html").escape(line)}:
+            body = body.replace(variant, "[hidden test line removed]")
+    _atomic_write(out_path, body)
 
 
-def _scores_from_gradebook(ws: Workspace, lesson: str, student: str) -> dict[str, tuple[float, float]]:
-    from nbgrader.api import Gradebook
+def _hidden_lines(source_nb, release_nb) -> set[str]:
+    hidden = set()
+    for cell in _test_cells(source_nb):
+        for block in re.findall(r"### BEGIN HIDDEN TESTS(.*?)### END HIDDEN TESTS", cell.source, re.S):
+            hidden |= {ln.strip() for ln in block.splitlines() if len(ln.strip()) > 24}
+    shown = {ln.strip() for c in release_nb.cells for ln in c.source.splitlines()}
+    return hidden - shown
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        fh.write(text)
+    os.replace(tmp, path)
+
+
+def _record_gradebook(ws: Workspace, res: SubmissionResult) -> None:
+    """Scores into nbgrader's gradebook (formgrader shows them): auto scores only, from the judge."""
+    from nbgrader.api import Gradebook, MissingEntry
 
     with Gradebook(ws.db_url) as gb:
-        nb = gb.find_submission_notebook(lesson, lesson, student)
-        return {g.name: (float(g.score or 0.0), float(g.max_score or 0.0)) for g in nb.grades}
+        gb.update_or_create_student(res.student)
+        try:
+            gb.remove_submission(res.lesson, res.student)
+        except MissingEntry:
+            pass
+        gb.add_submission(res.lesson, res.student)
+        for c in res.cells:
+            try:
+                g = gb.find_grade(c.grade_id, res.lesson, res.lesson, res.student)
+            except MissingEntry:
+                continue
+            g.auto_score = min(float(c.points), float(c.max_points))
+            g.manual_score = None
+            g.extra_credit = None
+        gb.db.commit()
 
 
-def _grade_one(ws: Workspace, student: str, lesson: str, nb, source_nb, note: str) -> SubmissionResult:
-    res = SubmissionResult(student=student, lesson=lesson, max_score=_max_score(source_nb), detail=note)
-    wanted = [c.metadata.nbgrader.grade_id for c in _grade_cells(source_nb)]
-    present = {c.metadata.get("nbgrader", {}).get("grade_id") for c in nb.cells}
-    deleted = [g for g in wanted if g not in present]
-    dst = ws.path / "submitted" / student / lesson / f"{lesson}.ipynb"
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    nbformat.write(nb, str(dst))
-    graded_dir = ws.path / "autograded" / student / lesson
-    if graded_dir.exists():
-        shutil.rmtree(graded_dir)
-    try:
-        with quiet_logs():
-            outcome = ws.api().autograde(lesson, student, force=True, create=True)
-    except Exception as exc:  # noqa: BLE001 - nbgrader itself failed: report, go on
-        outcome = {"success": False, "error": f"{type(exc).__name__}: {exc}"}
-    graded_path = graded_dir / f"{lesson}.ipynb"
-    log = str(outcome.get("log") or "") + "\n" + str(outcome.get("error") or "")
-    if not outcome.get("success") or not graded_path.is_file():
-        dead = "DeadKernel" in log or "Kernel died" in log or "UnresponsiveKernel" in log
-        res.status = "kernel-died" if dead else "autograde-failed"
-        res.detail = ("the kernel died while running the notebook (os._exit, a crash, or out of memory); "
-                      "nothing could be graded automatically, look at it by hand") if dead else \
-            "nbgrader could not grade this notebook: " + _last_error_line(log)
-        res.cells = [CellResult(g, 0.0, float(c.metadata.nbgrader.get("points", 0)), False, "not graded")
-                     for g, c in zip(wanted, _grade_cells(source_nb))]
-        return res
-    graded = nbformat.read(str(graded_path), as_version=4)
-    scores = _scores_from_gradebook(ws, lesson, student)
-    by_id = {c.metadata.get("nbgrader", {}).get("grade_id"): c for c in graded.cells}
-    timeouts = []
-    for cell in graded.cells:
-        if any(o.get("ename") == "CellTimeoutError" for o in cell.get("outputs", [])):
-            timeouts.append(cell.metadata.get("nbgrader", {}).get("grade_id") or f"cell {graded.cells.index(cell)}")
-    for gid, src_cell in zip(wanted, _grade_cells(source_nb)):
-        max_pts = float(src_cell.metadata.nbgrader.get("points", 0))
-        pts, _ = scores.get(gid, (0.0, max_pts))
-        cell = by_id.get(gid)
-        if gid in deleted or cell is None:
-            res.cells.append(CellResult(gid, 0.0, max_pts, False, "this test cell was deleted from the submission"))
-            continue
-        passed = pts >= max_pts
-        res.cells.append(CellResult(gid, pts, max_pts, passed, "" if passed else (_error_message(cell) or "failed")))
-    res.score = float(sum(c.points for c in res.cells))
-    problems = []
-    if deleted:
-        problems.append(f"test cells deleted: {', '.join(deleted)} (scored 0)")
-    if timeouts:
-        problems.append(f"stopped after {ws.timeout} s in: {', '.join(timeouts)}")
-    res.status = "graded" if not problems else ("timeout" if timeouts else "test-cells-deleted")
-    res.detail = "; ".join(([note] if note else []) + problems)
-    feedback = ws.path / "feedback" / student / lesson / f"{lesson}.html"
-    try:
-        _feedback_html(graded, res, feedback)
-        res.feedback = str(feedback)
-    except Exception as exc:  # noqa: BLE001 - feedback is a courtesy; never lose the grade over it
-        res.detail += f"; feedback not written ({type(exc).__name__}: {exc})"
-    return res
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def grade(submissions: Path, out: Path, *, timeout: int = 60, lessons: list[str] | None = None,
-          progress=print) -> list[SubmissionResult]:
+class _Judges:
+    """``jobs`` judge processes (``python -m course.tools.judge``), each grading one notebook at a time."""
+
+    def __init__(self, jobs: int):
+        self.jobs = max(1, int(jobs))
+        self.procs: dict[int, subprocess.Popen] = {}
+
+    def _proc(self, slot: int) -> subprocess.Popen:
+        p = self.procs.get(slot)
+        if p is None or p.poll() is not None:
+            env = dict(os.environ, OMP_NUM_THREADS="1")
+            p = self.procs[slot] = subprocess.Popen([sys.executable, "-m", "course.tools.judge"], stdin=subprocess.PIPE,
+                                                    stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env,
+                                                    start_new_session=True)
+        return p
+
+    def grade(self, slot: int, spec: dict) -> dict:
+        import select
+
+        p = self._proc(slot)
+        limit = float(spec.get("notebook_timeout", 600)) * 2 + 300     # the judge enforces its own limits first
+        try:
+            p.stdin.write(json.dumps(spec) + "\n")
+            p.stdin.flush()
+            ready, _, _ = select.select([p.stdout], [], [], limit)
+            line = p.stdout.readline() if ready else ""
+        except (BrokenPipeError, OSError):
+            line = ""
+        if not line:
+            self._kill(slot)
+            return {"error": "the judge process stopped or stalled unexpectedly"}
+        try:
+            return json.loads(line)
+        except ValueError:
+            self._kill(slot)
+            return {"error": "the judge process answered something unreadable"}
+
+    def _kill(self, slot: int) -> None:
+        p = self.procs.pop(slot, None)
+        if p is not None:
+            try:
+                os.killpg(p.pid, 9)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+    def close(self):
+        for p in self.procs.values():
+            try:
+                p.stdin.close()
+                p.wait(timeout=10)
+            except Exception:  # noqa: BLE001
+                p.kill()
+
+
+def _progress(total: int, enabled: bool):
+    if not enabled:
+        return None
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, unit="nb", desc="grading", dynamic_ncols=True)
+
+
+def grade(submissions: Path, out: Path, *, timeout: int = 60, lessons: list[str] | None = None, jobs: int | None = None,
+          unsafe_no_sandbox: bool = False, regrade: bool = False, notebook_timeout: int | None = None,
+          memory_mb: int = 4096, progress=print) -> list[SubmissionResult]:
     """Grade every ``<student>/<lesson>/`` folder under ``submissions``; write the outputs to ``out``."""
-    submissions = Path(submissions)
+    from course.tools import sandbox
+
+    submissions = Path(submissions).resolve()
     if not submissions.is_dir():
         raise SystemExit(f"course grade: {submissions} is not a folder. Expected SUBMISSIONS/<student>/<lesson>/<lesson>.ipynb.")
+    if not unsafe_no_sandbox:
+        ok, why = sandbox.available()
+        if not ok:
+            raise SystemExit(f"course grade: {why}. Submissions are untrusted code and are only run in a sandbox: "
+                             + sandbox.INSTALL_HINT + ".")
+    jobs = jobs or os.cpu_count() or 1
     known = {l.id: l for l in all_lessons()}
     items: list[tuple[str, str, Path]] = []
-    results: list[SubmissionResult] = []
+    results: dict[tuple[str, str], SubmissionResult] = {}
     for student_dir in sorted(p for p in submissions.iterdir() if p.is_dir() and not p.name.startswith(".")):
         for lesson_dir in sorted(p for p in student_dir.iterdir() if p.is_dir() and not p.name.startswith(".")):
             if lessons and lesson_dir.name not in lessons:
                 continue
             if lesson_dir.name not in known:
-                results.append(SubmissionResult(student_dir.name, lesson_dir.name, status="unknown-lesson",
-                               detail=f"no lesson called {lesson_dir.name!r}; lessons are: {', '.join(known)}"))
+                results[(student_dir.name, lesson_dir.name)] = SubmissionResult(
+                    student_dir.name, lesson_dir.name, status="unknown-lesson",
+                    detail=f"no lesson called {lesson_dir.name!r}; lessons are: {', '.join(known)}")
                 continue
             items.append((student_dir.name, lesson_dir.name, lesson_dir))
     used = sorted({lesson for _, lesson, _ in items})
-    ws = Workspace(Path(out), timeout=timeout).prepare(used)
-    sources = {}
+    out = Path(out).resolve()
+    ws = Workspace(out, timeout=timeout).prepare(used)
+    t_gen = time.perf_counter()
+    sources, releases, lesson_hash, files = {}, {}, {}, {}
     for lesson in used:
-        ws.generate(lesson)
-        sources[lesson] = nbformat.read(str(ws.path / "source" / lesson / f"{lesson}.ipynb"), as_version=4)
-    for i, (student, lesson, folder) in enumerate(items, 1):
+        ws.generate_cached(lesson)
+        sources[lesson] = ws.path / "source" / lesson / f"{lesson}.ipynb"
+        releases[lesson] = nbformat.read(str(ws.path / "release" / lesson / f"{lesson}.ipynb"), as_version=4)
+        lesson_hash[lesson] = _sha256(sources[lesson])
+        files[lesson] = [str(p) for p in (ws.path / "release" / lesson).iterdir()
+                         if p.is_file() and p.suffix != ".ipynb"]
+    gen_seconds = time.perf_counter() - t_gen
+    source_nbs = {l: nbformat.read(str(p), as_version=4) for l, p in sources.items()}
+    hidden = {l: _hidden_lines(source_nbs[l], releases[l]) for l in used}
+    previous = {}
+    results_path = out / "results.json"
+    if results_path.is_file() and not regrade:
+        try:
+            for r in json.loads(results_path.read_text(encoding="utf-8")):
+                previous[(r["student"], r["lesson"])] = r
+        except (ValueError, KeyError, TypeError):
+            previous = {}
+    lock = threading.Lock()
+    scratch_base = Path(tempfile.mkdtemp(prefix="course-grade-"))
+    os.chmod(scratch_base, 0o711)
+    if progress:
+        progress(f"course grade: {len(items)} submissions, {jobs} at a time; isolation: {sandbox.describe(unsafe_no_sandbox)}")
+
+    def write_all():
+        ordered = sorted(results.values(), key=lambda r: (r.student, r.lesson))
+        rows = ["student,lesson,score,max_score,status"]
+        buf = __import__("io").StringIO()
+        w = csv.writer(buf, lineterminator="\n")
+        w.writerow(["student", "lesson", "score", "max_score", "status"])
+        for r in ordered:
+            w.writerow([r.student, r.lesson, f"{r.score:g}", f"{r.max_score:g}", r.status])
+        _atomic_write(out / "grades.csv", buf.getvalue())
+        _atomic_write(results_path, json.dumps([asdict(r) for r in ordered], indent=2) + "\n")
+
+    def finish(res: SubmissionResult, nb=None, judged=None):
+        with lock:
+            if nb is not None and judged is not None:
+                lesson = res.lesson
+                try:
+                    graded_nb = _graded_notebook(nb, source_nbs[lesson], releases[lesson], judged, for_student=False)
+                    _atomic_write(ws.path / "autograded" / res.student / lesson / f"{lesson}.ipynb", nbformat.writes(graded_nb))
+                    fb = _graded_notebook(nb, source_nbs[lesson], releases[lesson], judged, for_student=True)
+                    path = ws.path / "feedback" / res.student / lesson / f"{lesson}.html"
+                    _feedback_html(fb, res, path, hidden[lesson])
+                    res.feedback = str(path)
+                except Exception as exc:  # noqa: BLE001 - feedback is a courtesy; never lose the grade over it
+                    res.detail += f"; feedback not written ({type(exc).__name__}: {exc})"
+            if res.status not in ("unknown-lesson",) and res.lesson in sources:
+                try:
+                    _record_gradebook(ws, res)
+                except Exception as exc:  # noqa: BLE001
+                    res.detail += f"; gradebook not updated ({type(exc).__name__}: {str(exc)[:120]})"
+            results[(res.student, res.lesson)] = res
+            write_all()
+
+    work: "queue.Queue" = queue.Queue()
+    for item in items:
+        work.put(item)
+    judges = _Judges(min(jobs, max(1, len(items))))
+    bar = _progress(len(items), progress is not None and sys.stderr.isatty())
+    done = [0]
+
+    def report(res: SubmissionResult):
+        done[0] += 1
+        if bar is not None:
+            bar.update(1)
+            bar.set_postfix_str(f"{res.student}/{res.lesson} {res.score:g}/{res.max_score:g} {res.status}")
+        elif progress:
+            progress(f"[{done[0]}/{len(items)}] {res.student}/{res.lesson}: {res.score:g}/{res.max_score:g} {res.status}"
+                     f" ({res.seconds:.1f} s){' - ' + res.detail if res.detail else ''}")
+
+    def one(slot: int, student: str, lesson: str, folder: Path) -> SubmissionResult:
         start = time.perf_counter()
+        max_score = _max_score(source_nbs[lesson])
         path, note = _find_notebook(folder, lesson)
         if path is None:
-            res = SubmissionResult(student, lesson, max_score=_max_score(sources[lesson]), status="missing-notebook", detail=note)
+            res = SubmissionResult(student, lesson, max_score=max_score, status="missing-notebook", detail=note)
+            finish(res)
+            return res
+        digest = _sha256(path) + ":" + lesson_hash[lesson]
+        prev = previous.get((student, lesson))
+        if prev and prev.get("sha256") == digest and prev.get("status") not in ("grader-error",):
+            res = SubmissionResult(**{**prev, "cells": [CellResult(**c) for c in prev["cells"]]})
+            finish(res)
+            return res
+        nb, problem = _read_notebook(path)
+        if nb is None:
+            res = SubmissionResult(student, lesson, max_score=max_score, status="invalid-notebook", detail=problem, sha256=digest)
+            finish(res)
+            return res
+        clean = scratch_base / f"{slot}.ipynb"
+        nbformat.write(nb, str(clean))
+        spec = {"notebook": str(clean), "source": str(sources[lesson]), "timeout": timeout,
+                "notebook_timeout": notebook_timeout or max(600, timeout * 20), "scratch_base": str(scratch_base),
+                "sandbox": not unsafe_no_sandbox, "limits": {"memory_mb": memory_mb}, "files": files[lesson]}
+        judged = judges.grade(slot, spec)
+        res = SubmissionResult(student, lesson, max_score=max_score, sha256=digest)
+        if "error" in judged:
+            res.status, res.detail = "grader-error", f"{note + '; ' if note else ''}{judged['error']}"
+            res.cells = [CellResult(c.metadata.nbgrader.grade_id, 0.0, float(c.metadata.nbgrader.get("points", 0)), False,
+                                    "not graded") for c in _test_cells(source_nbs[lesson])]
         else:
-            nb, problem = _read_notebook(path)
-            if nb is None:
-                res = SubmissionResult(student, lesson, max_score=_max_score(sources[lesson]), status="invalid-notebook", detail=problem)
-            else:
-                res = _grade_one(ws, student, lesson, nb, sources[lesson], note)
-        res.seconds = round(time.perf_counter() - start, 1)
-        results.append(res)
-        if progress:
-            progress(f"[{i}/{len(items)}] {student}/{lesson}: {res.score:g}/{res.max_score:g} {res.status}"
-                     f" ({res.seconds:.1f} s){' - ' + res.detail if res.detail else ''}")
-    results.sort(key=lambda r: (r.student, r.lesson))
-    out = ws.path
-    with open(out / "grades.csv", "w", newline="", encoding="utf-8") as fh:
-        w = csv.writer(fh)
-        w.writerow(["student", "lesson", "score", "max_score", "status"])
-        for r in results:
-            w.writerow([r.student, r.lesson, f"{r.score:g}", f"{r.max_score:g}", r.status])
-    (out / "results.json").write_text(json.dumps([asdict(r) for r in results], indent=2) + "\n", encoding="utf-8")
-    return results
+            res.cells = [CellResult(c["grade_id"], float(c["points"]), float(c["max_points"]), bool(c["passed"]), c["message"])
+                         for c in judged["cells"]]
+            res.score = float(sum(c.points for c in res.cells))
+            deleted = [c["grade_id"] for c in judged["cells"] if c.get("deleted")]
+            events = judged.get("events", [])
+            problems = []
+            if deleted:
+                problems.append(f"test cells deleted: {', '.join(deleted)} (scored 0)")
+            timeouts = [e for e in events if e.startswith("timeout") or "time limit" in e]
+            deaths = [e for e in events if e.startswith("died") or "died" in e]
+            if timeouts:
+                problems.append(f"stopped after {timeout} s: {', '.join(timeouts)}")
+            if deaths:
+                problems.append("the student's process died and was restarted: " + ", ".join(deaths))
+            if judged.get("suspicious"):
+                problems.append("suspicious code: " + "; ".join(judged["suspicious"][:6]))
+            res.status = ("suspicious" if judged.get("suspicious") else "kernel-died" if deaths else
+                          "timeout" if timeouts else "test-cells-deleted" if deleted else "graded")
+            res.detail = "; ".join(([note] if note else []) + problems)
+            res.phases = judged.get("phases", {})
+        res.seconds = round(time.perf_counter() - start, 2)
+        finish(res, nb, judged if "error" not in judged else None)
+        return res
+
+    def worker(slot: int):
+        while True:
+            try:
+                student, lesson, folder = work.get_nowait()
+            except queue.Empty:
+                return
+            try:
+                res = one(slot, student, lesson, folder)
+            except Exception as exc:  # noqa: BLE001 - never stop the batch
+                res = SubmissionResult(student, lesson, status="grader-error", detail=f"{type(exc).__name__}: {exc}")
+                finish(res)
+            with lock:
+                report(res)
+
+    t0 = time.perf_counter()
+    threads = [threading.Thread(target=worker, args=(i,), daemon=True) for i in range(judges.jobs)]
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        judges.close()
+        if bar is not None:
+            bar.close()
+        shutil.rmtree(scratch_base, ignore_errors=True)
+        with lock:
+            write_all()
+    ordered = sorted(results.values(), key=lambda r: (r.student, r.lesson))
+    if progress:
+        n = max(1, len(items))
+        progress(f"graded {len(items)} submissions in {time.perf_counter() - t0:.1f} s "
+                 f"({(time.perf_counter() - t0) / n:.2f} s each with {judges.jobs} jobs; assignment set-up {gen_seconds:.1f} s)")
+    return ordered
 
 
-def summary_table(results: list[SubmissionResult]) -> str:
-    rows = [("student", "lesson", "score", "status", "detail")]
+def summary_table(results: list[SubmissionResult], width: int = 110) -> str:
+    rows = [("student", "lesson", "score", "status")]
     for r in results:
-        rows.append((r.student, r.lesson, f"{r.score:g}/{r.max_score:g}", r.status, r.detail[:90]))
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows]
+        rows.append((r.student, r.lesson, f"{r.score:g}/{r.max_score:g}", r.status))
+    widths = [min(max(len(row[i]) for row in rows), 30) for i in range(len(rows[0]))]
+    lines = ["  ".join(c[:w].ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
+    details = [f"  {r.student}/{r.lesson} ({r.status}): {r.detail}"[:width * 3] for r in results if r.detail]
+    if details:
+        lines += ["", "details:"] + details
     ok = sum(r.status in OK_STATUSES for r in results)
     lines.append(f"\n{ok} of {len(results)} submissions graded cleanly; {len(results) - ok} need a look.")
     return "\n".join(lines)

@@ -71,6 +71,29 @@ class Workspace:
         coursedir = CourseDirectory(config=cfg)
         return NbGraderAPI(coursedir=coursedir, config=cfg)
 
+    def generate_cached(self, lesson_id: str) -> Path:
+        """``generate`` once per version of the lesson: skipped when ``source/<id>/`` is unchanged since
+        the last time (its hash is kept in ``.course-generated.json``) and the release exists."""
+        import hashlib
+        import json
+
+        digest = hashlib.sha256()
+        src = self.path / "source" / lesson_id
+        for f in sorted(p for p in src.rglob("*") if p.is_file()):
+            digest.update(str(f.relative_to(src)).encode() + b"\0" + f.read_bytes())
+        stamp = self.path / ".course-generated.json"
+        try:
+            seen = json.loads(stamp.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            seen = {}
+        released = self.path / "release" / lesson_id / f"{lesson_id}.ipynb"
+        if seen.get(lesson_id) == digest.hexdigest() and released.is_file() and self.db_path.is_file():
+            return released
+        path = self.generate(lesson_id)
+        seen[lesson_id] = digest.hexdigest()
+        stamp.write_text(json.dumps(seen, indent=1), encoding="utf-8")
+        return path
+
     def generate(self, lesson_id: str) -> Path:
         """nbgrader generate_assignment: the student version lands in ``release/<id>/``."""
         with quiet_logs():

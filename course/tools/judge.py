@@ -1,0 +1,626 @@
+"""The trusted side of grading: decides every test cell's verdict outside the student's reach.
+
+For one submission the judge starts a worker in the sandbox (:mod:`course.tools.worker`) and walks
+the student's notebook. Ordinary cells and solution cells run in the worker; cells the lesson tags
+``experiment`` are skipped. At each test cell the judge runs the **instructor's** test code (from
+the lesson's source notebook, hidden tests included) in its own interpreter, where the learner's
+names are :class:`Remote` stand-ins: a call or attribute read becomes a request to the worker and
+what comes back is data (tensors by value, numbers, strings...) or another stand-in. Checks, oracles,
+torch and the test code itself all live here, where the student's code never runs, so patching them
+in the notebook changes nothing. A test passes when its code finishes without an exception.
+
+A cell that runs past its time limit, or a worker that dies, is stopped; the worker is restarted and
+the cells before are replayed, so the rest of the notebook is still graded.
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import os
+import random
+import select
+import signal
+import subprocess
+import symtable
+import time
+from pathlib import Path
+
+import nbformat
+import torch
+
+from course import checks
+from course.tools import sandbox, wire
+
+MAX_RESTARTS = 6
+
+
+class RemoteError(Exception):
+    """An exception raised by the student's code in the sandbox (its type name and message)."""
+
+
+class WorkerGone(Exception):
+    """The worker died, broke the protocol, or ran past its time limit."""
+
+    def __init__(self, message: str, *, timeout: bool = False):
+        super().__init__(message)
+        self.timeout = timeout
+
+
+_BUILTIN_ERRORS = {n: getattr(builtins, n) for n in dir(builtins)
+                   if isinstance(getattr(builtins, n), type) and issubclass(getattr(builtins, n), Exception)}
+
+
+def _rebuild_error(info) -> Exception:
+    """The student's exception as a local one of the same builtin type (else RemoteError)."""
+    name = str(info.get("type", "Error"))[:60] if isinstance(info, dict) else "Error"
+    message = str(info.get("message", ""))[:2000] if isinstance(info, dict) else str(info)[:2000]
+    cls = _BUILTIN_ERRORS.get(name)
+    if cls is not None and cls not in (SystemExit, KeyboardInterrupt):
+        try:
+            return cls(message)
+        except Exception:  # noqa: BLE001
+            pass
+    return RemoteError(f"{name}: {message}" if message else name)
+
+
+# -- the stand-in for objects that live in the sandbox --------------------------------------------
+
+_TRUSTED_MODULES = ("torch", "builtins", "collections", "numpy", "math", "functools", "typing")
+_standins: dict[tuple, type] = {}
+
+
+def _resolve_class(info: dict):
+    """The class a remote object claims to be: the real one for torch/builtins, else a stand-in."""
+    import importlib
+
+    mro = [tuple(x) for x in info.get("mro", []) if isinstance(x, (list, tuple)) and len(x) == 2]
+    bases = []
+    for module, qual in mro:
+        if str(module).split(".")[0] in _TRUSTED_MODULES and "<" not in str(qual):
+            try:
+                obj = importlib.import_module(str(module))
+                for part in str(qual).split("."):
+                    obj = getattr(obj, part)
+                if isinstance(obj, type):
+                    bases.append(obj)
+                    break
+            except (ImportError, AttributeError):
+                continue
+    trusted = bases[0] if bases else object
+    if mro and str(mro[0][0]).split(".")[0] in _TRUSTED_MODULES and bases and mro[0][1] == trusted.__qualname__:
+        return trusted
+    name = str(mro[0][1]).split(".")[-1][:60] if mro else "Remote"
+    key = (name, trusted)
+    if key not in _standins:
+        try:
+            _standins[key] = type(name, (trusted,), {"__module__": "submission"})
+        except TypeError:
+            _standins[key] = type(name, (object,), {"__module__": "submission"})
+    return _standins[key]
+
+
+class Remote:
+    """A learner's object that lives in the sandbox. Using it sends a request; answers are data."""
+
+    __slots__ = ("_r_session", "_r_id", "_r_info", "_r_extra", "__weakref__")
+
+    def __init__(self, session, hid: int, info: dict):
+        object.__setattr__(self, "_r_session", session)
+        object.__setattr__(self, "_r_id", hid)
+        object.__setattr__(self, "_r_info", info)
+        object.__setattr__(self, "_r_extra", {})
+
+    @property
+    def __class__(self):  # isinstance(remote, nn.Module) reads this
+        return _resolve_class(self._r_info)
+
+    def _r(self, op, **kw):
+        return self._r_session.request(op, h=self._r_id, **kw)
+
+    def __getattr__(self, name):
+        extra = object.__getattribute__(self, "_r_extra")
+        if name in extra:
+            return extra[name]
+        if name.startswith("__") and name.endswith("__") and name not in ("__name__", "__qualname__", "__doc__"):
+            raise AttributeError(name)
+        return self._r("getattr", name=name)
+
+    def __setattr__(self, name, value):
+        self._r("setattr", name=name, value=_outgoing(value))
+
+    def __call__(self, *args, **kwargs):
+        return self._r("call", args=_outgoing(args), kwargs=_outgoing(kwargs), grad=torch.is_grad_enabled())
+
+    def __getitem__(self, key):
+        return self._r("getitem", key=_outgoing(key))
+
+    def __setitem__(self, key, value):
+        self._r("setitem", key=_outgoing(key), value=_outgoing(value))
+
+    def __len__(self):
+        n = self._r("len")
+        if not isinstance(n, int) or n < 0:
+            raise TypeError("len() of the learner's object is not a non-negative integer")
+        return n
+
+    def __iter__(self):
+        items = self._r("iter")
+        if not isinstance(items, list):
+            raise TypeError("the learner's object could not be iterated")
+        return iter(items)
+
+    def __contains__(self, item):
+        return bool(self._r("contains", item=_outgoing(item)) is True)
+
+    def __bool__(self):
+        return self._r("bool") is True
+
+    def __repr__(self):
+        text = self._r("repr")
+        return str(text)[:2000] if isinstance(text, str) else "<learner's object>"
+
+    __str__ = __repr__
+
+    def __reduce__(self):
+        return (wire.Handle, (self._r_id,))
+
+
+def _outgoing(value):
+    """Judge-side values on their way into the sandbox: stand-ins become handles."""
+    if isinstance(value, Remote) or type(value) is Remote:
+        return wire.Handle(object.__getattribute__(value, "_r_id"))
+    if type(value) in (list, tuple):
+        return type(value)(_outgoing(v) for v in value)
+    if type(value) is dict:
+        return {k: _outgoing(v) for k, v in value.items()}
+    if isinstance(value, torch.Tensor):
+        return value.detach().clone() if not isinstance(value, torch.nn.Parameter) else value.detach().clone()
+    if callable(value) and not isinstance(value, (type, torch.nn.Module, torch.Generator)) and \
+            getattr(value, "__module__", "") in ("__main__", None, "judge"):
+        raise TypeError("a test cannot pass a function defined in the test to the learner's code")
+    return value
+
+
+# -- one worker in its sandbox ---------------------------------------------------------------------
+
+class Session:
+    """One running worker: start, requests with deadlines, stop."""
+
+    def __init__(self, scratch: Path, *, use_sandbox: bool, limits: sandbox.Limits, start_timeout: float = 120):
+        self.scratch, self.use_sandbox, self.limits = scratch, use_sandbox, limits
+        self.proc = None
+        self.deadline = None
+        self.proxies: dict[int, Remote] = {}
+        self.start_timeout = start_timeout
+
+    def start(self):
+        self.proxies = {}
+        cmd = sandbox.worker_command(self.scratch, sandbox=self.use_sandbox)
+        env = None
+        if not self.use_sandbox:
+            env = {k: v for k, v in os.environ.items() if not k.startswith(("COURSE_METRICS",))}
+            env.update({"NBGRADER_EXECUTION": "autograde", "COURSE_HEADLESS": "1", "MPLBACKEND": "Agg",
+                        "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "PYTHONHASHSEED": "0"})
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                     cwd=str(self.scratch / "work"), env=env, start_new_session=True,
+                                     preexec_fn=self.limits.apply)
+        self.deadline = time.monotonic() + self.start_timeout
+        try:
+            ready = self._read()
+        finally:
+            self.deadline = None
+        if not (isinstance(ready, dict) and ready.get("value") == "ready"):
+            raise WorkerGone("the sandbox did not start")
+
+    def stop(self):
+        if self.proc is None:
+            return
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        try:
+            self.proc.kill()
+        except ProcessLookupError:
+            pass
+        for stream in (self.proc.stdin, self.proc.stdout):
+            try:
+                stream.close()
+            except OSError:
+                pass
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
+        self.proc = None
+
+    def _read(self):
+        fd = self.proc.stdout.fileno()
+        remaining = None if self.deadline is None else self.deadline - time.monotonic()
+        if remaining is not None and remaining <= 0:
+            raise WorkerGone("ran past the time limit", timeout=True)
+        ready, _, _ = select.select([fd], [], [], remaining)
+        if not ready:
+            raise WorkerGone("ran past the time limit", timeout=True)
+        try:
+            payload = wire.recv(fd)
+            return wire.decode_data(payload, self._make_remote)
+        except wire.WireError as exc:
+            if self.proc.poll() is not None:
+                raise WorkerGone("the sandbox running the notebook died (os._exit, a crash, or out of memory)") from None
+            raise WorkerGone(f"the sandbox broke the grading protocol ({exc})") from None
+
+    def _make_remote(self, hid, info):
+        proxy = self.proxies.get(hid)
+        if proxy is None:
+            proxy = self.proxies[hid] = Remote(self, hid, info if isinstance(info, dict) else {})
+        return proxy
+
+    def request(self, op, **kw):
+        if self.proc is None or self.proc.poll() is not None:
+            raise WorkerGone("the sandbox running the notebook died (os._exit, a crash, or out of memory)")
+        try:
+            wire.send(self.proc.stdin.fileno(), wire.encode_request({"op": op, **kw}))
+        except (BrokenPipeError, OSError):
+            raise WorkerGone("the sandbox running the notebook died (os._exit, a crash, or out of memory)") from None
+        except (pickle_errors()) as exc:
+            raise TypeError(f"this value cannot be sent to the learner's code: {exc}") from None
+        reply = self._read()
+        if not isinstance(reply, dict):
+            raise WorkerGone("the sandbox broke the grading protocol (a malformed answer)")
+        if reply.get("ok") is True:
+            return reply.get("value") if "missing" not in reply else _MISSING
+        raise _rebuild_error(reply.get("error") or {})
+
+
+def pickle_errors():
+    import pickle
+
+    return (pickle.PicklingError, AttributeError, TypeError)
+
+
+_MISSING = object()
+
+
+# -- what test cells see ---------------------------------------------------------------------------
+
+def trusted_context(source_nb) -> dict:
+    """Run the import statements of the lesson's own (non-test, non-solution) cells, here."""
+    ns: dict = {"__name__": "judge", "__builtins__": builtins}
+    for cell in source_nb.cells:
+        meta = cell.get("metadata", {}).get("nbgrader", {})
+        if cell.cell_type != "code" or meta.get("grade") or meta.get("solution"):
+            continue
+        try:
+            tree = ast.parse(cell.source)
+        except SyntaxError:
+            continue
+        imports = [n for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))]
+        if imports:
+            exec(compile(ast.Module(body=imports, type_ignores=[]), "<imports>", "exec"), ns)
+    return ns
+
+
+def free_names(source: str) -> list[str]:
+    """Global names a test cell reads that it does not itself assign at top level."""
+    try:
+        top = symtable.symtable(source, "<test>", "exec")
+    except SyntaxError:
+        return []
+    names: set[str] = set()
+
+    def walk(table):
+        for sym in table.get_symbols():
+            if table.get_type() == "module":
+                if sym.is_referenced() and not sym.is_assigned() and not sym.is_imported():
+                    names.add(sym.get_name())
+            elif sym.is_global() and sym.is_referenced():
+                names.add(sym.get_name())
+        for child in table.get_children():
+            walk(child)
+
+    walk(top)
+    assigned = {s.get_name() for s in top.get_symbols() if s.is_assigned() or s.is_imported()}
+    return sorted(names - assigned)
+
+
+def solution_sources(nb) -> dict[str, str]:
+    """Name -> source of the cell that defines it, for names defined in the student's solution cells."""
+    out = {}
+    for cell in nb.cells:
+        if cell.cell_type != "code" or not cell.get("metadata", {}).get("nbgrader", {}).get("solution"):
+            continue
+        try:
+            tree = ast.parse(cell.source)
+        except SyntaxError:
+            continue
+        for node in tree.body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                out[node.name] = ast.get_source_segment(cell.source, node) or cell.source
+    return out
+
+
+SUSPICIOUS_CALLS = {
+    ("gc", "get_objects"), ("gc", "get_referrers"), ("gc", "get_referents"), ("sys", "_getframe"),
+    ("inspect", "currentframe"), ("inspect", "stack"), ("os", "kill"), ("os", "killpg"), ("os", "fork"),
+    ("os", "system"), ("os", "getppid"), ("os", "setsid"), ("subprocess", "Popen"),
+    ("subprocess", "run"), ("subprocess", "call"), ("subprocess", "check_output"), ("ctypes", "CDLL"),
+    ("socket", "socket"), ("socket", "create_connection"), ("urllib", "request"), ("sys", "settrace"),
+    ("sys", "setprofile"), ("builtins", "__import__"),
+}
+SUSPICIOUS_NAMES = {"get_ipython", "__builtins__", "ctypes", "input_transformers_post", "ast_transformers",
+                    "input_transformers_cleanup", "sqlite3", "__code__", "__globals__", "f_back", "f_globals"}
+PATCHABLE = {"torch", "F", "nn", "checks", "course", "math", "np", "numpy", "builtins", "sys", "os", "functional",
+             "Tensor", "oracles", "masks"}
+
+
+def suspicious(nb) -> list[str]:
+    """Things in the student's code that tamper with grading or reach outside (for a human to look at)."""
+    found = []
+    for i, cell in enumerate(nb.cells):
+        if cell.cell_type != "code":
+            continue
+        try:
+            tree = ast.parse(cell.source)
+        except SyntaxError:
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and \
+                    (node.value.id, node.attr) in SUSPICIOUS_CALLS:
+                found.append(f"cell {i}: {node.value.id}.{node.attr}")
+            elif isinstance(node, ast.Attribute) and node.attr in SUSPICIOUS_NAMES:
+                found.append(f"cell {i}: .{node.attr}")
+            elif isinstance(node, ast.Name) and node.id in SUSPICIOUS_NAMES:
+                found.append(f"cell {i}: {node.id}")
+            elif isinstance(node, (ast.Import, ast.ImportFrom)):
+                mods = [a.name for a in node.names] + ([node.module] if isinstance(node, ast.ImportFrom) and node.module else [])
+                for m in mods:
+                    if m and m.split(".")[0] in ("ctypes", "socket", "subprocess", "gc", "sqlite3", "urllib", "http",
+                                                 "requests", "signal", "multiprocessing", "pty"):
+                        found.append(f"cell {i}: import {m}")
+            elif isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Delete)):
+                targets = node.targets if isinstance(node, (ast.Assign, ast.Delete)) else [node.target]
+                for t in targets:
+                    base = t
+                    while isinstance(base, ast.Attribute):
+                        base = base.value
+                    if isinstance(t, ast.Attribute) and isinstance(base, ast.Name) and base.id in PATCHABLE:
+                        found.append(f"cell {i}: assigns {ast.unparse(t)}")
+            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("setattr", "delattr") \
+                    and node.args and isinstance(node.args[0], (ast.Name, ast.Attribute)):
+                base = node.args[0]
+                while isinstance(base, ast.Attribute):
+                    base = base.value
+                if isinstance(base, ast.Name) and base.id in PATCHABLE:
+                    found.append(f"cell {i}: {node.func.id}({ast.unparse(node.args[0])}, ...)")
+    return list(dict.fromkeys(found))
+
+
+# -- grading one submission -------------------------------------------------------------------------
+
+class _ForbidHook:
+    def __init__(self, session_ref):
+        self.session_ref = session_ref
+
+    def __call__(self, names, why):
+        import contextlib
+
+        @contextlib.contextmanager
+        def hook():
+            s = self.session_ref()
+            s.request("forbid", names=list(names), why=why)
+            error = None
+            try:
+                yield
+            except BaseException as exc:  # noqa: BLE001
+                error = exc
+            called = s.request("unforbid") if s.proc is not None and s.proc.poll() is None else []
+            if isinstance(called, list) and called:
+                raise AssertionError(f"your code called {called[0]}: this exercise asks you to {why}.")
+            if error is not None:
+                raise error
+        return hook()
+
+
+def _message(exc: BaseException, timeout: int) -> str:
+    if isinstance(exc, WorkerGone):
+        if exc.timeout:
+            return f"this cell ran past the time limit ({timeout} s) and was stopped (an infinite loop, or very slow code?)"
+        return str(exc)
+    if isinstance(exc, NameError):
+        return f"{exc}: run (or fix) the cell that defines it"
+    if isinstance(exc, AssertionError):
+        text = str(exc).strip()
+        return f"AssertionError: {text}" if text else "AssertionError (a check failed without a message)"
+    text = str(exc).strip()
+    name = type(exc).__name__
+    return f"{name}: {text}" if text and not isinstance(exc, RemoteError) else (text or name)
+
+
+def grade_submission(spec: dict) -> dict:
+    """Grade one notebook. ``spec``: notebook, source (the instructor's notebook), timeout, scratch_base,
+    sandbox (bool), limits (dict), notebook_timeout. Returns a plain dict (see course.tools.grading)."""
+    t0 = time.perf_counter()
+    nb = nbformat.read(spec["notebook"], as_version=4)
+    source = nbformat.read(spec["source"], as_version=4)
+    timeout = int(spec.get("timeout", 60))
+    total_deadline = time.monotonic() + int(spec.get("notebook_timeout", 600))
+    limits = sandbox.Limits(**spec.get("limits", {}))
+    tests = {c.metadata.nbgrader.grade_id: c for c in source.cells
+             if c.cell_type == "code" and c.get("metadata", {}).get("nbgrader", {}).get("grade")}
+    experiments = {c.get("id") for c in source.cells if "experiment" in c.get("metadata", {}).get("tags", [])}
+    context = trusted_context(source)
+    defined_by_student = solution_sources(nb)
+    scratch = sandbox.prepare_scratch(Path(spec["scratch_base"]))
+    for extra in spec.get("files", []):        # data files that travel with the lesson
+        p = Path(extra)
+        if p.is_file():
+            import shutil
+            shutil.copy2(p, scratch / "work" / p.name)
+    session = Session(scratch, use_sandbox=bool(spec.get("sandbox", True)), limits=limits)
+    import weakref
+    checks.FORBIDDEN_HOOK = _ForbidHook(weakref.ref(session))
+    outputs: dict[int, dict] = {}
+    results: dict[str, dict] = {}
+    executed: list[tuple[int, str]] = []
+    events: list[str] = []
+    restarts = 0
+    phase = {"start": 0.0, "cells": 0.0, "tests": 0.0}
+
+    def restart(reason: str):
+        nonlocal restarts
+        session.stop()
+        restarts += 1
+        if restarts > MAX_RESTARTS:
+            raise WorkerGone("the notebook was stopped too many times; the remaining cells were not graded")
+        s0 = time.perf_counter()
+        session.start()
+        phase["start"] += time.perf_counter() - s0
+        for idx, src in executed:
+            session.deadline = min(time.monotonic() + timeout, total_deadline)
+            try:
+                session.request("cell", source=src, index=idx)
+            finally:
+                session.deadline = None
+
+    try:
+        s0 = time.perf_counter()
+        session.start()
+        phase["start"] += time.perf_counter() - s0
+        dead = False
+        for idx, cell in enumerate(nb.cells):
+            if cell.cell_type != "code" or dead:
+                continue
+            meta = cell.get("metadata", {}).get("nbgrader", {})
+            gid = meta.get("grade_id")
+            if gid in tests:
+                c0 = time.perf_counter()
+                results[gid] = run_test(session, tests[gid], context, defined_by_student, timeout, total_deadline)
+                phase["tests"] += time.perf_counter() - c0
+                if results[gid].get("restart"):
+                    events.append(results[gid]["restart"])
+                    try:
+                        restart(results[gid]["restart"])
+                    except WorkerGone as exc:
+                        events.append(str(exc))
+                        dead = True
+                continue
+            if meta.get("grade") or cell.get("id") in experiments:
+                continue
+            c0 = time.perf_counter()
+            session.deadline = min(time.monotonic() + timeout, total_deadline)
+            try:
+                reply = session.request("cell", source=cell.source, index=idx)
+                outputs[idx] = reply if isinstance(reply, dict) else {}
+                executed.append((idx, cell.source))
+            except WorkerGone as exc:
+                what = "timeout" if exc.timeout else "died"
+                outputs[idx] = {"output": "", "error": {"type": "CellTimeoutError" if exc.timeout else "DeadKernel",
+                                                        "message": _message(exc, timeout)}}
+                events.append(f"{what}: cell {idx}")
+                try:
+                    restart(what)
+                except WorkerGone as exc2:
+                    events.append(str(exc2))
+                    dead = True
+            finally:
+                session.deadline = None
+                phase["cells"] += time.perf_counter() - c0
+    except WorkerGone as exc:
+        events.append(f"sandbox: {exc}")
+    finally:
+        session.stop()
+        checks.FORBIDDEN_HOOK = None
+        sandbox.remove_scratch(scratch)
+    cells = []
+    for gid, cell in tests.items():
+        max_pts = float(cell.metadata.nbgrader.get("points", 0))
+        r = results.get(gid)
+        if r is None:
+            present = any(c.get("metadata", {}).get("nbgrader", {}).get("grade_id") == gid for c in nb.cells)
+            msg = "not graded: the notebook was stopped before this cell" if present else \
+                "this test cell was deleted from the submission"
+            cells.append({"grade_id": gid, "points": 0.0, "max_points": max_pts, "passed": False, "message": msg,
+                          "deleted": not present})
+        else:
+            cells.append({"grade_id": gid, "points": max_pts if r["passed"] else 0.0, "max_points": max_pts,
+                          "passed": r["passed"], "message": r["message"], "deleted": False})
+    return {"cells": cells, "outputs": {str(k): v for k, v in outputs.items()}, "events": events,
+            "suspicious": suspicious(nb), "seconds": round(time.perf_counter() - t0, 3),
+            "phases": {k: round(v, 3) for k, v in phase.items()}}
+
+
+def run_test(session: Session, cell, context: dict, student_defs: dict, timeout: int, total_deadline: float) -> dict:
+    """Run one test cell's trusted code here, the learner's names as stand-ins. Returns its verdict."""
+    src = cell.source
+    ns = dict(context)
+    ns.update(getattr(session, "test_defs", {}))
+    torch.manual_seed(0)
+    random.seed(0)
+    try:
+        import numpy as np
+        np.random.seed(0)
+    except ImportError:  # pragma: no cover
+        pass
+    session.deadline = min(time.monotonic() + timeout, total_deadline)
+    injected = []
+    try:
+        for name in free_names(src):
+            if name in ns or hasattr(builtins, name):
+                continue
+            value = session.request("global", name=name)
+            if value is _MISSING:
+                continue
+            if isinstance(value, Remote) or type(value) is Remote:
+                if name in student_defs:
+                    object.__getattribute__(value, "_r_extra")["__course_source__"] = student_defs[name]
+            ns[name] = value
+            injected.append(name)
+        before = {k: ns[k] for k in injected}
+        code = compile(src, f"<test {cell.metadata.nbgrader.grade_id}>", "exec")
+        with torch.random.fork_rng(devices=[]):
+            exec(code, ns)
+        passed, message, restart = True, "", None
+    except WorkerGone as exc:
+        passed, message, restart = False, _message(exc, timeout), ("timeout" if exc.timeout else "died")
+    except BaseException as exc:  # noqa: BLE001 - any exception is a failed test
+        if isinstance(exc, (KeyboardInterrupt, SystemExit)) and not isinstance(exc, SystemExit):
+            raise
+        passed, message, restart = False, _message(exc, timeout), None
+    finally:
+        session.deadline = None
+    # Names the test cell defined stay for later test cells (like a notebook); stand-ins do not.
+    keep = getattr(session, "test_defs", {})
+    for k, v in ns.items():
+        if k in context or k.startswith("__"):
+            continue
+        if k in injected and before_same(ns, k, locals().get("before", {})):
+            continue
+        keep[k] = v
+    session.test_defs = keep
+    return {"passed": passed, "message": message[:3000], "restart": restart}
+
+
+def before_same(ns, k, before) -> bool:
+    return k in before and ns.get(k) is before[k]
+
+
+def main() -> None:
+    """Serve grading requests as JSON lines on stdin/stdout (used by ``course grade --jobs``)."""
+    import json
+    import sys
+
+    torch.set_num_threads(1)
+    for line in sys.stdin:
+        spec = json.loads(line)
+        try:
+            result = grade_submission(spec)
+        except Exception as exc:  # noqa: BLE001 - reported, the batch goes on
+            result = {"error": f"{type(exc).__name__}: {exc}"}
+        sys.stdout.write(json.dumps(result) + "\n")
+        sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()

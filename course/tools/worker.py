@@ -1,0 +1,241 @@
+"""The sandboxed side of grading: runs one student's notebook cells and answers the judge.
+
+Started by :mod:`course.tools.judge` inside the sandbox (``python -m course.tools.worker``), with
+requests on stdin and answers on stdout (see :mod:`course.tools.wire`). Everything here runs as the
+student's code does: nothing it says is trusted. It decides no verdict; it only executes cells and
+calls, and sends back what they returned.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import sys
+import time
+import traceback
+
+OUTPUT_LIMIT = 20_000      # characters of printed output kept per cell
+
+
+class _Capped(io.TextIOBase):
+    """A text stream that keeps the first ``limit`` characters and counts the rest."""
+
+    def __init__(self, limit: int):
+        self.limit, self.parts, self.size, self.dropped = limit, [], 0, 0
+
+    def writable(self):
+        return True
+
+    def write(self, s):
+        s = str(s)
+        room = self.limit - self.size
+        if room > 0:
+            self.parts.append(s[:room])
+            self.size += min(len(s), room)
+        self.dropped += max(0, len(s) - max(room, 0))
+        return len(s)
+
+    def text(self):
+        out = "".join(self.parts)
+        return out + (f"\n... [{self.dropped} more characters of output not kept]" if self.dropped else "")
+
+
+class _NoIPython:
+    """What ``get_ipython()`` returns when a cell uses a magic: magics are skipped under grading."""
+
+    def run_line_magic(self, *a, **k):
+        return None
+
+    run_cell_magic = system = getoutput = run_line_magic
+
+
+def _compile(source: str, name: str):
+    try:
+        return compile(source, name, "exec")
+    except SyntaxError:
+        try:
+            from IPython.core.inputtransformer2 import TransformerManager
+        except ImportError:
+            raise
+        return compile(TransformerManager().transform_cell(source), name, "exec")
+
+
+class Worker:
+    def __init__(self, rfd: int, wfd: int):
+        from course.tools import wire
+
+        self.wire = wire
+        self.rfd, self.wfd = rfd, wfd
+        self.ns: dict = {"__name__": "__main__", "__builtins__": __builtins__, "get_ipython": _NoIPython}
+        self.objects: dict[int, object] = {}
+        self.ids: dict[int, int] = {}
+        self.forbidden: list = []
+        self.violations: list[str] = []
+
+    # -- handles ------------------------------------------------------------------------------
+    def handle_of(self, obj):
+        key = id(obj)
+        hid = self.ids.get(key)
+        if hid is None or self.objects.get(hid) is not obj:
+            hid = len(self.objects) + 1
+            self.objects[hid] = obj
+            self.ids[key] = hid
+        cls = obj if isinstance(obj, type) else type(obj)
+        mro = [[c.__module__, c.__qualname__] for c in getattr(cls, "__mro__", (cls,))][:20]
+        return hid, {"mro": mro, "callable": callable(obj), "is_class": isinstance(obj, type),
+                     "name": str(getattr(obj, "__name__", ""))[:100]}
+
+    def resolve(self, v):
+        from course.tools.wire import Handle
+
+        if isinstance(v, Handle):
+            return self.objects[v.id]
+        if type(v) in (list, tuple):
+            return type(v)(self.resolve(x) for x in v)
+        if type(v) is dict:
+            return {k: self.resolve(x) for k, x in v.items()}
+        return v
+
+    def answer(self, value):
+        import types
+
+        if isinstance(value, (types.GeneratorType, type({}.items()), type({}.keys()), type({}.values()))):
+            value = list(value)[:100_000]
+        return {"ok": True, "value": value}
+
+    # -- forbidden shortcuts ------------------------------------------------------------------
+    def forbid(self, names, why):
+        from course import checks
+
+        saved = []
+        for owner, attr in checks._targets(tuple(names)):
+            try:
+                original = owner.__dict__[attr] if attr in owner.__dict__ else getattr(owner, attr)
+                qual = f"{getattr(owner, '__name__', 'torch')}.{attr}"
+
+                def blocked(*a, _q=qual, **k):
+                    self.violations.append(_q)
+                    raise AssertionError(f"{_q} was called: this exercise asks you to {why}.")
+                setattr(owner, attr, blocked)
+                saved.append((owner, attr, original))
+            except (AttributeError, TypeError):
+                continue
+        self.forbidden.append(saved)
+
+    def unforbid(self):
+        for owner, attr, original in reversed(self.forbidden.pop() if self.forbidden else []):
+            setattr(owner, attr, original)
+        found, self.violations = self.violations, []
+        return found
+
+    # -- requests -----------------------------------------------------------------------------
+    def run_cell(self, source: str, index: int):
+        out = _Capped(OUTPUT_LIMIT)
+        start = time.perf_counter()
+        error = None
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+            try:
+                exec(_compile(source, f"<cell {index}>"), self.ns)
+            except BaseException as exc:  # noqa: BLE001 - the student's error, reported as data
+                if isinstance(exc, SystemExit) and False:  # pragma: no cover
+                    pass
+                tb = traceback.extract_tb(exc.__traceback__)
+                line = next((f.lineno for f in reversed(tb) if f.filename == f"<cell {index}>"), None)
+                error = {"type": type(exc).__name__, "message": str(exc)[:2000], "line": line}
+        return {"ok": True, "value": {"output": out.text(), "error": error,
+                                      "seconds": round(time.perf_counter() - start, 3)}}
+
+    def handle(self, req: dict):
+        import torch
+
+        op = req["op"]
+        if op == "cell":
+            return self.run_cell(req["source"], req["index"])
+        if op == "global":
+            name = req["name"]
+            if name not in self.ns:
+                return {"ok": True, "missing": True}
+            return self.answer(self.ns[name])
+        if op == "forbid":
+            self.forbid(req["names"], req["why"])
+            return {"ok": True, "value": None}
+        if op == "unforbid":
+            return {"ok": True, "value": self.unforbid()}
+        obj = self.objects[req["h"]] if "h" in req else None
+        with torch.set_grad_enabled(bool(req.get("grad", True))), contextlib.redirect_stdout(_Capped(0)), \
+                contextlib.redirect_stderr(_Capped(0)):
+            if op == "getattr":
+                return self.answer(getattr(obj, req["name"]))
+            if op == "setattr":
+                setattr(obj, req["name"], self.resolve(req["value"]))
+                return {"ok": True, "value": None}
+            if op == "call":
+                return self.answer(obj(*self.resolve(req["args"]), **self.resolve(req["kwargs"])))
+            if op == "getitem":
+                return self.answer(obj[self.resolve(req["key"])])
+            if op == "setitem":
+                obj[self.resolve(req["key"])] = self.resolve(req["value"])
+                return {"ok": True, "value": None}
+            if op == "len":
+                return {"ok": True, "value": int(len(obj))}
+            if op == "iter":
+                return self.answer(list(iter(obj))[:100_000])
+            if op == "contains":
+                return {"ok": True, "value": bool(self.resolve(req["item"]) in obj)}
+            if op == "bool":
+                return {"ok": True, "value": bool(obj)}
+            if op == "repr":
+                return {"ok": True, "value": repr(obj)[:2000]}
+        raise ValueError(f"unknown request {op!r}")
+
+    def serve(self):
+        wire = self.wire
+        self.send({"ok": True, "value": "ready"})
+        while True:
+            try:
+                req = wire.decode_request(wire.recv(self.rfd))
+            except wire.WireError:
+                return
+            try:
+                reply = self.handle(req)
+            except BaseException as exc:  # noqa: BLE001 - reported to the judge as the student's error
+                reply = {"ok": False, "error": {"type": type(exc).__name__, "message": str(exc)[:2000]}}
+            self.send(reply)
+
+    def send(self, reply):
+        wire = self.wire
+        try:
+            payload = wire.encode_data(reply, self.handle_of)
+        except BaseException as exc:  # noqa: BLE001 - e.g. a value that cannot be sent
+            payload = wire.encode_data({"ok": False, "error": {"type": type(exc).__name__,
+                                                                "message": f"the answer could not be sent: {exc}"[:500]}},
+                                       self.handle_of)
+        if len(payload) > wire.MAX_MESSAGE:
+            payload = wire.encode_data({"ok": False, "error": {"type": "MemoryError",
+                                                                "message": "the answer is too large to send"}}, self.handle_of)
+        wire.send(self.wfd, payload)
+
+
+def main() -> None:
+    # The protocol keeps private copies of stdin/stdout; the student's code gets /dev/null for both
+    # file descriptors (Python-level prints are captured per cell).
+    rfd, wfd = os.dup(0), os.dup(1)
+    null = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(null, fd)
+    sys.stdin = open(os.devnull)
+    sys.stdout = sys.stderr = _Capped(0)
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot  # noqa: F401 - warm imports, so cells start fast
+    import torch
+    import torch.nn  # noqa: F401
+    torch.set_num_threads(1)
+    import course  # noqa: F401
+    from course import checks  # noqa: F401
+    Worker(rfd, wfd).serve()
+
+
+if __name__ == "__main__":
+    main()
