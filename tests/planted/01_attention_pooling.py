@@ -123,6 +123,15 @@ return torch.einsum("bt,btd->bd", weights, x), weights
 '''},
         "must_fail": ["test_tweet_classifier"],
     },
+    # ------------------------------------------------------------------ documented arguments ignored
+    "classifier_ignores_n_classes": {
+        "replace": {"TweetClassifier": 'class TweetClassifier(nn.Module):\n    def __init__(self, vectors, pooling="attention", n_classes=2):\n        super().__init__()\n        d_model = vectors.shape[1]\n        self.pooling = pooling\n        self.embed = nn.Embedding.from_pretrained(vectors, freeze=True, padding_idx=0)\n        self.pool = AttentionPooling(d_model) if pooling == "attention" else None\n        self.head = nn.Linear(d_model, 2)\n\n    def forward(self, ids, mask):\n        x = self.embed(ids)\n        if self.pool is None:\n            pooled = mean_pooling(x, mask)\n            weights = mask.to(x.dtype) / mask.sum(dim=-1, keepdim=True).clamp(min=1)\n        else:\n            pooled, weights = self.pool(x, mask)\n        return self.head(pooled), weights\n'},
+        "must_fail": ["test_tweet_classifier"],
+    },
+    "classifier_trains_the_vectors": {
+        "replace": {"TweetClassifier": 'class TweetClassifier(nn.Module):\n    def __init__(self, vectors, pooling="attention", n_classes=2):\n        super().__init__()\n        d_model = vectors.shape[1]\n        self.pooling = pooling\n        self.embed = nn.Embedding.from_pretrained(vectors, freeze=False, padding_idx=0)\n        self.pool = AttentionPooling(d_model) if pooling == "attention" else None\n        self.head = nn.Linear(d_model, n_classes)\n\n    def forward(self, ids, mask):\n        x = self.embed(ids)\n        if self.pool is None:\n            pooled = mean_pooling(x, mask)\n            weights = mask.to(x.dtype) / mask.sum(dim=-1, keepdim=True).clamp(min=1)\n        else:\n            pooled, weights = self.pool(x, mask)\n        return self.head(pooled), weights\n'},
+        "must_fail": ["test_tweet_classifier"],
+    },
     # ------------------------------------------------------------------ correct alternative styles
     "loop_style": {
         # One tweet at a time, selecting the real tokens: slow but correct.
@@ -204,6 +213,17 @@ return pooled, weights
         return self.head(pooled), weights
 ''',
         },
+        "must_fail": [],
+    },
+    "logsumexp_style": {
+        # exp(scores - logsumexp(scores)) over the real tokens; empty rows give zeros by a where.
+        "replace": {"AttentionPooling": _attention('''
+scores = (x * self.query).sum(dim=-1).masked_fill(~mask, float("-inf"))      # (B, T)
+lse = torch.logsumexp(scores, dim=-1, keepdim=True)                          # -inf on empty rows
+weights = torch.where(mask, torch.exp(scores - lse), torch.zeros_like(scores))
+pooled = (weights.unsqueeze(-1) * x).sum(dim=1)
+return pooled, weights
+''')},
         "must_fail": [],
     },
 }
