@@ -1,4 +1,4 @@
-"""Unit tests for the GRU encoder-decoder of course/seq2seq.py (lessons 02, 03, 08 build on it)."""
+"""Unit tests for the GRU encoder-decoder of course/seq2seq.py (lesson 02 builds it, lesson 03 reuses it)."""
 
 from __future__ import annotations
 

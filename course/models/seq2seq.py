@@ -1,4 +1,4 @@
-"""A GRU encoder-decoder for translation, with a pluggable cross-attention module (lessons 02, 03, 08).
+"""A GRU encoder-decoder for translation, with a pluggable cross-attention module (lessons 02 and 03; 08, coming, compares with it).
 
 The model follows Cho et al. (2014) and Bahdanau et al. (2015), in the seeds' notation:
 
@@ -30,8 +30,11 @@ so the key and value size of an attention module for ``Seq2Seq(..., d_hidden=H)`
 
 Shape letters: B batch, S source length, T target length, E = d_emb, V vocabulary size.
 
-This module holds no graded answer: lesson 02's learner writes the additive attention and plugs
-it in as ``Seq2Seq(..., attention=AdditiveAttention(...))``.
+Lesson 02's learner writes the additive attention and the attention decoder's step, and plugs
+both in: ``Seq2Seq(..., attention=AdditiveAttention(...), step=decode_step)``. The ``Decoder``
+only holds the layers; it has no step method to delegate to. (Lesson 03 trains the same translator
+without passing a ``step``; it then uses this module's own step, ``_attention_step``. Lesson 02's
+tests forbid calling it and check ``decode_step`` against an explicit formula, not against it.)
 """
 
 from __future__ import annotations
@@ -101,7 +104,8 @@ class Decoder(nn.Module):
             ``attention(query (B, Dq), keys (B, S, Dk), values (B, S, Dv), mask (B, S))
             -> (context (B, Dv), weights (B, S))``.
 
-    Attributes used by a step (the same names the lesson's ``decode_step`` exercise uses):
+    The decoder holds the layers; the step that combines them is lesson 02's ``decode_step``
+    (plugged into :class:`Seq2Seq`). Attributes (the names ``decode_step`` uses):
         ``embedding`` (V -> E), ``init`` (Dk -> d_hidden, for s_0 = tanh(init(final))),
         ``cell`` (``nn.GRUCell(E + Dk, d_hidden)``), ``attention``, ``out``
         (``nn.Linear(d_hidden + Dk + E, V)``: logits from [s_m || c_m || e_m]).
@@ -120,28 +124,20 @@ class Decoder(nn.Module):
         """s_0 = tanh(W final): the decoder starts from the encoder's summary. (B, Dk) -> (B, d_hidden)."""
         return torch.tanh(self.init(final))
 
-    def step(self, y_prev: torch.Tensor, s_prev: torch.Tensor, states: torch.Tensor, mask: torch.Tensor,
-             summary: torch.Tensor | None = None):
-        """One decoder step.
 
-        Args:
-            y_prev: (B,) the previous target token y_{m-1} (``<bos>`` at the first step).
-            s_prev: (B, d_hidden) the previous decoder state s_{m-1}.
-            states: (B, S, Dk) the encoder states h_1..h_S (keys and values of the attention).
-            mask: (B, S) bool, True on real source tokens.
-            summary: (B, Dk) the encoder's final summary, the context when there is no attention.
+def _bottleneck_step(decoder: Decoder, y_prev, s_prev, summary):
+    """The plain decoder's step (Cho et al., 2014): the context is the encoder's summary at every step."""
+    e = decoder.embedding(y_prev)                                           # (B, E)
+    s = decoder.cell(torch.cat([e, summary], dim=-1), s_prev)              # (B, E + Dk) -> (B, d_hidden)
+    return decoder.out(torch.cat([s, summary, e], dim=-1)), s, None        # (B, V), (B, d_hidden)
 
-        Returns:
-            (logits (B, V), s (B, d_hidden), weights (B, S) or None)
-        """
-        e = self.embedding(y_prev)                                         # (B, E)
-        if self.attention is None:
-            context, weights = summary, None                               # (B, Dk): the same every step
-        else:
-            context, weights = self.attention(s_prev, states, states, mask)  # (B, Dk), (B, S)
-        s = self.cell(torch.cat([e, context], dim=-1), s_prev)             # (B, E + Dk) -> (B, d_hidden)
-        logits = self.out(torch.cat([s, context, e], dim=-1))              # (B, d_hidden + Dk + E) -> (B, V)
-        return logits, s, weights
+
+def _attention_step(decoder: Decoder, y_prev, s_prev, states, mask):
+    """The step used when a Seq2Seq with attention gets no ``step`` (lesson 03). Not for lesson 02's answer."""
+    e = decoder.embedding(y_prev)
+    context, weights = decoder.attention(s_prev, states, states, mask)
+    s = decoder.cell(torch.cat([e, context], dim=-1), s_prev)
+    return decoder.out(torch.cat([s, context, e], dim=-1)), s, weights
 
 
 class Seq2Seq(nn.Module):
@@ -156,6 +152,9 @@ class Seq2Seq(nn.Module):
             decoder state (the attention's query) has size Dq = d_hidden.
         attention: ``None`` (plain encoder-decoder) or a module with the call signature given in
             this module's docstring.
+        step: with attention, the decoder step to run, called as
+            ``step(decoder, y_prev (B,), s_prev (B, d_hidden), states (B, S, Dk), mask (B, S))
+            -> (logits (B, V), s (B, d_hidden), weights (B, S))``: lesson 02's ``decode_step``.
 
     Shapes:
         forward(src (B, S), src_mask (B, S), tgt_in (B, T)) -> logits (B, T, V) (teacher forcing:
@@ -164,8 +163,10 @@ class Seq2Seq(nn.Module):
         weights (B, T, S) or None.
     """
 
-    def __init__(self, src_vocab: int, tgt_vocab: int, d_emb: int, d_hidden: int, attention: nn.Module | None = None):
+    def __init__(self, src_vocab: int, tgt_vocab: int, d_emb: int, d_hidden: int, attention: nn.Module | None = None,
+                 step=None):
         super().__init__()
+        self.step = step
         self.encoder = Encoder(src_vocab, d_emb, d_hidden, bidirectional=True)
         self.decoder = Decoder(tgt_vocab, d_emb, d_hidden, self.encoder.d_out, attention)
         self.d_hidden = d_hidden
@@ -180,13 +181,19 @@ class Seq2Seq(nn.Module):
     def attention(self) -> nn.Module | None:
         return self.decoder.attention
 
+    def _decode(self, y_prev, s_prev, states, mask, summary):
+        """One decoder step: the plug-in ``step`` with attention, the bottleneck step without."""
+        if self.attention is None:
+            return _bottleneck_step(self.decoder, y_prev, s_prev, summary)
+        return (self.step or _attention_step)(self.decoder, y_prev, s_prev, states, mask)
+
     def forward(self, src: torch.Tensor, src_mask: torch.Tensor, tgt_in: torch.Tensor, *, return_weights: bool = False):
         B, T = tgt_in.shape
         states, final = self.encoder(src, src_mask)                        # (B, S, Dk), (B, Dk)
         s = self.decoder.init_state(final)                                 # (B, d_hidden)
         logits, weights = [], []
         for t in range(T):                                                 # teacher forcing
-            step_logits, s, w = self.decoder.step(tgt_in[:, t], s, states, src_mask, final)
+            step_logits, s, w = self._decode(tgt_in[:, t], s, states, src_mask, final)
             logits.append(step_logits)
             weights.append(w)
         logits = torch.stack(logits, dim=1)                                # T x (B, V) -> (B, T, V)
@@ -212,7 +219,7 @@ class Seq2Seq(nn.Module):
         done = torch.zeros(B, dtype=torch.bool, device=src.device)
         tokens, weights = [], []
         for _ in range(max_len):
-            logits, s, w = self.decoder.step(y, s, states, src_mask, final)
+            logits, s, w = self._decode(y, s, states, src_mask, final)
             y = logits.argmax(dim=-1)                                      # (B,)
             y = torch.where(done, torch.full_like(y, pad_id), y)           # pad after <eos>
             tokens.append(y)

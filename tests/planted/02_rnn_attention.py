@@ -106,6 +106,42 @@ def decode_step(decoder, y_prev, s_prev, states, mask):
 '''},
         "must_fail": ["test_decode_step_matches_decoder"],
     },
+    # A delegating answer: the package's own step (the audit's example was decoder.step, now gone).
+    "decode_step_delegates_to_package": {
+        "replace": {"decode_step": '''
+from course.models.seq2seq import _attention_step
+
+def decode_step(decoder, y_prev, s_prev, states, mask):
+    return _attention_step(decoder, y_prev, s_prev, states, mask)
+'''},
+        "must_fail": ["test_decode_step_shapes", "test_decode_step_attention_call", "test_decode_step_matches_decoder"],
+    },
+    "decode_step_calls_decoder_step": {
+        "replace": {"decode_step": '''
+def decode_step(decoder, y_prev, s_prev, states, mask):
+    return decoder.step(y_prev, s_prev, states, mask)
+'''},
+        "must_fail": ["test_decode_step_shapes", "test_decode_step_attention_call", "test_decode_step_matches_decoder"],
+    },
+    # Correct, parameters named otherwise: one bias-free map per input, the bias its own vector, v a raw vector.
+    "renamed_parameters_style": {
+        "replace": {"AdditiveAttention": '''
+class AdditiveAttention(nn.Module):
+    def __init__(self, d_query, d_key, d_hidden):
+        super().__init__()
+        self.from_decoder = nn.Linear(d_query, d_hidden, bias=False)
+        self.from_encoder = nn.Linear(d_key, d_hidden, bias=False)
+        self.offset = nn.Parameter(torch.zeros(d_hidden))
+        self.energy = nn.Parameter(torch.randn(d_hidden) / d_hidden ** 0.5)
+
+    def forward(self, query, keys, values, mask):
+        hidden = torch.tanh(self.from_decoder(query).unsqueeze(1) + self.from_encoder(keys) + self.offset)
+        scores = (hidden * self.energy).sum(-1).masked_fill(~mask, float("-inf"))   # (B, S)
+        weights = torch.exp(scores - torch.logsumexp(scores, dim=-1, keepdim=True))
+        return (weights.unsqueeze(-1) * values).sum(1), weights
+'''},
+        "must_fail": [],
+    },
     # Correct, another style: W split into W_s s + W_h h (W_h h precomputed per key), einsum and torch.where.
     "split_weights_einsum_style": {
         "replace": {
