@@ -18,8 +18,8 @@ LESSON = "00_softmax_lookup"
 pytestmark = pytest.mark.slow
 
 
-def _grade(subs: Path, out: Path, timeout: int = 60) -> subprocess.CompletedProcess:
-    return subprocess.run([COURSE, "grade", str(subs), "--out", str(out), "--timeout", str(timeout)],
+def _grade(subs: Path, out: Path, timeout: int = 60, *extra: str) -> subprocess.CompletedProcess:
+    return subprocess.run([COURSE, "grade", str(subs), "--out", str(out), "--timeout", str(timeout), *extra],
                           capture_output=True, text=True, timeout=1200)
 
 
@@ -136,12 +136,16 @@ def test_regrading_is_idempotent(tmp_path):
     subs = tmp_path / "subs"
     write_submission(subs, "alice", LESSON, build_submission(LESSON))
     write_submission(subs, "bob", LESSON, build_submission(LESSON, {"softmax": "def softmax(x, dim=-1):\n    e = x.exp()\n    return e / e.sum(dim, keepdim=True)"}))
+    write_submission(subs, "carol", LESSON, build_submission(LESSON, {"soft_lookup": "def soft_lookup(*a, **k):\n    return 0"}))
     out = tmp_path / "out"
-    first = _grade(subs, out)
+    first = _grade(subs, out, 60, "--jobs", "1")          # one at a time
     grades1 = (out / "grades.csv").read_text()
     cells1 = [(r["student"], [(c["grade_id"], c["points"]) for c in r["cells"]]) for r in json.loads((out / "results.json").read_text())]
-    second = _grade(subs, out)
+    second = _grade(subs, out, 60, "--jobs", "3", "--regrade")   # in parallel, everything graded again
     assert first.returncode == second.returncode == 0, second.stdout + second.stderr
+    assert (out / "grades.csv").read_text() == grades1
+    third = _grade(subs, out, 60)                           # a re-run resumes: nothing changed, results kept
+    assert third.returncode == 0 and "submissions" in third.stdout
     assert (out / "grades.csv").read_text() == grades1
     cells2 = [(r["student"], [(c["grade_id"], c["points"]) for c in r["cells"]]) for r in json.loads((out / "results.json").read_text())]
     assert cells1 == cells2

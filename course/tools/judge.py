@@ -356,15 +356,36 @@ PATCHABLE = {"torch", "F", "nn", "checks", "course", "math", "np", "numpy", "bui
 
 
 def suspicious(nb) -> list[str]:
-    """Things in the student's code that tamper with grading or reach outside (for a human to look at)."""
-    found = []
+    """Things in the student's code that tamper with grading or reach outside (for a human to look at).
+
+    Reported, not punished: the verdicts do not depend on any of it. Looks for: assignments to (or
+    setattr on) attributes of torch, the course package, math, numpy, builtins, sys or os, under any
+    alias; rebinding those names; frame walking, gc hunting, IPython transformers, signals, processes,
+    sockets and ctypes.
+    """
+    roots = ("torch", "course", "numpy", "math", "builtins", "sys", "os", "IPython")
+    trees = []
     for i, cell in enumerate(nb.cells):
-        if cell.cell_type != "code":
-            continue
-        try:
-            tree = ast.parse(cell.source)
-        except SyntaxError:
-            continue
+        if cell.cell_type == "code":
+            try:
+                trees.append((i, ast.parse(cell.source)))
+            except SyntaxError:
+                continue
+    patchable = set(PATCHABLE)
+    for _, tree in trees:
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                patchable |= {(a.asname or a.name).split(".")[0] for a in node.names if a.name.split(".")[0] in roots}
+            elif isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] in roots:
+                patchable |= {a.asname or a.name for a in node.names}
+    found = []
+
+    def base_name(t):
+        while isinstance(t, (ast.Attribute, ast.Subscript)):
+            t = t.value
+        return t.id if isinstance(t, ast.Name) else None
+
+    for i, tree in trees:
         for node in ast.walk(tree):
             if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and \
                     (node.value.id, node.attr) in SUSPICIOUS_CALLS:
@@ -382,18 +403,15 @@ def suspicious(nb) -> list[str]:
             elif isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Delete)):
                 targets = node.targets if isinstance(node, (ast.Assign, ast.Delete)) else [node.target]
                 for t in targets:
-                    base = t
-                    while isinstance(base, ast.Attribute):
-                        base = base.value
-                    if isinstance(t, ast.Attribute) and isinstance(base, ast.Name) and base.id in PATCHABLE:
-                        found.append(f"cell {i}: assigns {ast.unparse(t)}")
+                    for sub in (t.elts if isinstance(t, (ast.Tuple, ast.List)) else [t]):
+                        b = base_name(sub)
+                        if b in patchable and isinstance(sub, (ast.Attribute, ast.Subscript)):
+                            found.append(f"cell {i}: assigns {ast.unparse(sub)}")
+                        elif isinstance(sub, ast.Name) and sub.id in patchable and sub.id in PATCHABLE:
+                            found.append(f"cell {i}: rebinds {sub.id}")
             elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("setattr", "delattr") \
-                    and node.args and isinstance(node.args[0], (ast.Name, ast.Attribute)):
-                base = node.args[0]
-                while isinstance(base, ast.Attribute):
-                    base = base.value
-                if isinstance(base, ast.Name) and base.id in PATCHABLE:
-                    found.append(f"cell {i}: {node.func.id}({ast.unparse(node.args[0])}, ...)")
+                    and node.args and base_name(node.args[0]) in patchable:
+                found.append(f"cell {i}: {node.func.id}({ast.unparse(node.args[0])}, ...)")
     return list(dict.fromkeys(found))
 
 

