@@ -78,6 +78,12 @@ def doctor() -> int:
     if not ok:
         problems.append("nbgrader's Jupyter server extension is not enabled")
     lessons = all_lessons()
+    from course.tools import sandbox
+
+    ok, why = sandbox.available()
+    print(f"grading sandbox {sandbox.describe(False) if ok else 'NOT AVAILABLE: ' + why}")
+    if not ok:
+        problems.append("`course grade` needs bubblewrap to isolate submissions: " + sandbox.INSTALL_HINT)
     print(f"lessons         {len(lessons)}: {', '.join(l.id for l in lessons)}")
     missing = [l.id for l in lessons if not l.student.is_file()]
     if missing:

@@ -29,7 +29,7 @@ def root() -> Path:
     for folder in (here, *here.parents):
         if (folder / "solutions").is_dir() and (folder / "pyproject.toml").is_file():
             return folder
-    return Path(__file__).resolve().parents[1]
+    return Path(__file__).resolve().parents[2]
 
 
 @dataclass(frozen=True)

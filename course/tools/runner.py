@@ -62,6 +62,7 @@ def run_lesson(lesson: Lesson, out: Path, *, profile: str, device: str, seed: in
 
     from course.config import resolve_device, resolve_profile
 
+    out = Path(out).expanduser().resolve()
     dev = resolve_device(device)
     res = LessonResult(id=lesson.id, title=lesson.title, profile=resolve_profile(profile, dev), device=dev)
     out.mkdir(parents=True, exist_ok=True)
@@ -110,9 +111,9 @@ def _fmt(v) -> str:
 
 def format_table(results: list[LessonResult], *, markdown: bool = False) -> str:
     """The report as a table: one row per lesson, then one row per target."""
-    rows = [("lesson", "status", "time (s)", "profile", "device", "metric", "value", "target")]
+    rows = [("lesson", "status", "time (s)", "run", "metric", "value", "target")]
     for r in results:
-        first = (r.id, r.status, f"{r.seconds:.1f}", r.profile, r.device)
+        first = (r.id, r.status, f"{r.seconds:.1f}", f"{r.profile}/{r.device}")
         shown = {t["metric"] for t in r.targets}
         lines = []
         for t in r.targets:
@@ -124,16 +125,22 @@ def format_table(results: list[LessonResult], *, markdown: bool = False) -> str:
         if not lines:
             lines = [("-", "-", "")]
         for i, line in enumerate(lines):
-            rows.append((first if i == 0 else ("", "", "", "", "")) + line)
-        if r.error:
-            rows.append(("", "error:", r.error.splitlines()[0][:100], "", "", "", "", ""))
+            rows.append((first if i == 0 else ("", "", "", "")) + line)
+    errors = [f"{r.id}: {r.error.strip()}" for r in results if r.error]
     if markdown:
         out = ["| " + " | ".join(rows[0]) + " |", "|" + "---|" * len(rows[0])]
         out += ["| " + " | ".join(c.replace("|", "\\|") for c in row) + " |" for row in rows[1:]]
+        if errors:
+            out += ["", "Errors:", ""] + [f"- {e.splitlines()[0][:500]}" for e in errors]
         return "\n".join(out)
+    # Fits a normal terminal: long values are cut in the table, errors are printed in full below it.
+    caps = (23, 13, 8, 13, 23, 9, 19)      # at most 120 characters a line
+    rows = [tuple(c if len(c) <= cap else c[:cap - 1] + "~" for c, cap in zip(row, caps)) for row in rows]
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
+    if errors:
+        lines += ["", "errors:"] + [f"  {e}" for e in errors]
     return "\n".join(lines)
 
 
@@ -142,7 +149,8 @@ def run_lessons(lessons: list[Lesson], out: Path, *, profile: str = "auto", devi
     """Run each lesson, write the report into ``out``, print the table; returns the results."""
     import torch
 
-    out = Path(out)
+    # The kernel runs in the notebook's own folder: every path handed to it must be absolute.
+    out = Path(out).expanduser().resolve()
     out.mkdir(parents=True, exist_ok=True)
     progress = sys.stderr.isatty()
     results = []

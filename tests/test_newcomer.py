@@ -1,0 +1,91 @@
+"""What a newcomer types, exactly as the README says it, from a fresh copy of the repository.
+
+`make run` in a fresh clone failed every lesson once (a relative --out path the kernel could not
+see) while every other test passed. These tests run the README's commands as typed: `make run`
+(smoke profile, to stay within the suite's budget) in a fresh copy of the working tree, `course run`
+with a relative --out from another folder, and `course grade` with relative paths.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from planting import build_submission, write_submission
+
+ROOT = Path(__file__).resolve().parents[1]
+COURSE = str(Path(sys.executable).parent / "course")
+LESSONS = sorted(p.name for p in (ROOT / "solutions").iterdir() if (p / f"{p.name}.ipynb").is_file())
+pytestmark = pytest.mark.slow
+
+
+def fresh_copy(dest: Path) -> Path:
+    """The files a `git clone` of the working tree would have (tracked and new, not ignored)."""
+    files = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"], cwd=ROOT,
+                           capture_output=True, text=True, check=True).stdout.split("\0")
+    for rel in filter(None, files):
+        src = ROOT / rel
+        if src.is_file():
+            (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, dest / rel)
+    return dest
+
+
+def _env():
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("COURSE_", "JUPYTER_", "IPYTHONDIR", "PYTEST"))}
+    env.pop("NBGRADER_EXECUTION", None)
+    return env
+
+
+def test_make_run_as_typed_in_a_fresh_clone(tmp_path):
+    """`make run PROFILE=smoke` in a fresh copy: every lesson passes and records what it promises.
+
+    The copy reuses this checkout's .venv (building one takes minutes); `-o` tells make the venv is
+    up to date, exactly what a second `make run` on a fresh clone does."""
+    clone = fresh_copy(tmp_path / "course")
+    (clone / ".venv").symlink_to(ROOT / ".venv")
+    proc = subprocess.run(["make", "-o", ".venv/.installed", "run", "PROFILE=smoke"], cwd=clone, env=_env(),
+                          capture_output=True, text=True, timeout=1800)
+    report_path = clone / "results" / "report.json"
+    assert report_path.is_file(), proc.stdout[-3000:] + proc.stderr[-3000:]
+    report = json.loads(report_path.read_text())
+    problems = []
+    assert [l["id"] for l in report["lessons"]] == LESSONS
+    for res in report["lessons"]:
+        if res["status"] != "passed" or res["profile"] != "smoke":
+            problems.append(f"{res['id']}: {res['status']} ({res['profile']}) {res['error'][:800]}")
+        missing = {t["metric"] for t in res["targets"]} - set(res["metrics"])
+        if missing:
+            problems.append(f"{res['id']} promises targets for metrics it never records: {sorted(missing)}")
+    assert not problems, "\n".join(problems) + "\n" + proc.stdout[-2000:]
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert max(len(line) for line in proc.stdout.splitlines()) <= 200
+    table = proc.stdout.split("lesson ", 1)[1].split("\n\n")[0]
+    assert max(len(line) for line in table.splitlines()) <= 120, table
+    assert not (ROOT / "results" / "report.json").exists() or (ROOT / "results") != clone / "results"
+
+
+def test_course_run_relative_out_from_another_folder(tmp_path):
+    elsewhere = tmp_path / "somewhere" / "else"
+    elsewhere.mkdir(parents=True)
+    env = dict(_env(), COURSE_ROOT=str(ROOT))
+    proc = subprocess.run([COURSE, "run", LESSONS[0], "--profile", "smoke", "--out", "my-results"], cwd=elsewhere,
+                          env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    report = json.loads((elsewhere / "my-results" / "report.json").read_text())
+    assert report["lessons"][0]["status"] == "passed" and report["lessons"][0]["metrics"]
+
+
+def test_course_grade_relative_paths(tmp_path):
+    write_submission(tmp_path / "subs", "alice", LESSONS[0], build_submission(LESSONS[0]))
+    proc = subprocess.run([COURSE, "grade", "subs", "--out", "graded"], cwd=tmp_path, env=_env(),
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    rows = (tmp_path / "graded" / "grades.csv").read_text().splitlines()
+    assert rows[1].startswith(f"alice,{LESSONS[0]},") and rows[1].endswith(",graded")
