@@ -67,6 +67,21 @@ def _cmd_grade(args) -> int:
     return 0 if all(r.status in OK_STATUSES for r in results) else 1
 
 
+def _cmd_dist(args) -> int:
+    from course.tools.dist import build
+
+    problems = build(Path(args.dest))
+    if problems:
+        for p in problems:
+            print(f"course dist: {p}", file=sys.stderr)
+        print(f"course dist: {len(problems)} problem(s): do NOT hand this folder out.", file=sys.stderr)
+        return 1
+    print(f"Student distribution written to {Path(args.dest).resolve()}: notebooks/, the course package without "
+          "the instructor's tools, README.md and a Makefile (setup, lab, check). Checked: no solution, no hidden test, "
+          "no graded answer.")
+    return 0
+
+
 def _cmd_doctor(args) -> int:
     from course.tools.doctor import doctor
 
@@ -132,6 +147,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="run submissions WITHOUT the bubblewrap sandbox (only for code you trust)")
     g.set_defaults(func=_cmd_grade)
 
+    dd = sub.add_parser("dist", help="build the folder you hand to learners (no solutions, no hidden tests)",
+                        description="Write the student distribution: student notebooks, the course package without the "
+                                    "instructor's tools and reference implementations, install files and a learner's "
+                                    "README. Fails if anything in it holds a solution or a hidden test.")
+    dd.add_argument("dest", help="a new (or empty) folder")
+    dd.set_defaults(func=_cmd_dist)
+
     d = sub.add_parser("doctor", help="versions, device, and whether Jupyter/nbgrader are set up",
                        description="Print versions, the device (CUDA name and memory), and check the kernel and extensions.")
     d.set_defaults(func=_cmd_doctor)
@@ -152,6 +174,12 @@ def main(argv: list[str] | None = None) -> int:
     args.extra = unknown    # `course lab --port 8899 ...` passes options on to jupyter lab
     try:
         return int(args.func(args) or 0)
+    except ModuleNotFoundError as exc:
+        if (exc.name or "").startswith("course.tools."):
+            print(f"course {args.command}: this command belongs to the instructor's copy of the course, not to the "
+                  "student distribution.", file=sys.stderr)
+            return 2
+        raise
     except KeyboardInterrupt:
         print("course: interrupted", file=sys.stderr)
         return 130

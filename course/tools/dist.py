@@ -1,0 +1,163 @@
+"""``course dist DIR``: what an instructor hands to learners, and nothing more.
+
+The student distribution holds the student notebooks (stubs, visible tests only), the ``course``
+package without the instructor's side (grading, release, the reference implementations hidden tests
+compare with), the files to install it, and a README for learners. It never holds ``solutions/``,
+``tests/`` (the planted bugs) or anything that implements a graded answer; :func:`audit` checks that,
+and ``course dist`` refuses to finish if the check fails.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import shutil
+from pathlib import Path
+
+from course.tools.lessons import all_lessons, root
+
+__all__ = ["build", "audit", "INSTRUCTOR_ONLY"]
+
+# Paths inside course/ that learners never receive.
+INSTRUCTOR_ONLY = ("tools/references", "tools/grading.py", "tools/judge.py", "tools/worker.py", "tools/wire.py",
+                   "tools/sandbox.py", "tools/release.py", "tools/workspace.py", "tools/authoring.py",
+                   "tools/runner.py", "tools/dist.py")
+
+README = """# Attention and Transformers, step by step: the learner's copy
+
+Notebooks that build attention and Transformers one idea at a time. In each lesson you implement the
+idea, check it against public tests, and see it work.
+
+## Set up (once)
+
+You need Python 3.11 or newer.
+
+```
+python3 -m venv .venv
+.venv/bin/pip install -c constraints.txt -e .
+.venv/bin/python -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (course)"
+```
+
+(or `make setup`, which does exactly that). On Colab: upload this folder, run `pip install -e .` in it,
+and open a notebook from `notebooks/`.
+
+## Work
+
+* `make lab` (or `.venv/bin/course lab`) opens JupyterLab on `notebooks/`.
+* Replace each `raise NotImplementedError(...)` with your code. The cell after each exercise holds
+  its public tests; run it, or the whole notebook, to see how you are doing.
+* `.venv/bin/course check notebooks/05_self_attention/05_self_attention.ipynb` runs a notebook's
+  public tests in a fresh kernel and reports each one in words.
+
+Your instructor grades with more tests than you see here (hidden tests): passing the public tests
+is necessary, not sufficient. Hand in the notebook file itself, `notebooks/<lesson>/<lesson>.ipynb`.
+"""
+
+MAKEFILE = """# The learner's commands: set up once, then open the notebooks.
+PYTHON ?= python3
+BIN := .venv/bin
+.PHONY: setup lab check
+setup: $(BIN)/course
+$(BIN)/course: pyproject.toml constraints.txt
+\t$(PYTHON) -m venv .venv
+\t$(BIN)/python -m pip install --quiet -c constraints.txt -e .
+\t$(BIN)/python -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (course)" >/dev/null
+lab: setup
+\t$(BIN)/course lab $(ARGS)
+check: setup
+\t$(BIN)/course check $(NOTEBOOK)
+"""
+
+
+def _skip(rel: str) -> bool:
+    return any(rel == p or rel.startswith(p.rstrip("/") + "/") for p in INSTRUCTOR_ONLY) or "__pycache__" in rel
+
+
+def build(dest: Path) -> list[str]:
+    """Write the student distribution into ``dest`` (which must not exist or be empty); returns
+    the audit's problems (empty when nothing leaks)."""
+    base = root()
+    dest = Path(dest).resolve()
+    if dest.exists() and any(dest.iterdir()):
+        raise SystemExit(f"course dist: {dest} is not empty; give a new folder.")
+    dest.mkdir(parents=True, exist_ok=True)
+    pkg = base / "course"
+    for f in sorted(pkg.rglob("*")):
+        rel = f.relative_to(pkg).as_posix()
+        if f.is_file() and not _skip(rel) and f.suffix in (".py", ".json", ".txt", ".csv", ".md"):
+            (dest / "course" / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(f, dest / "course" / rel)
+    for lesson in all_lessons(base):
+        shutil.copytree(lesson.student.parent, dest / "notebooks" / lesson.id,
+                        ignore=shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__"))
+    for name in ("pyproject.toml", "constraints.txt", "environment.yml"):
+        if (base / name).is_file():
+            shutil.copy2(base / name, dest / name)
+    (dest / "autograde").mkdir(exist_ok=True)
+    shutil.copy2(base / "autograde" / "nbgrader_config.py", dest / "autograde" / "nbgrader_config.py")
+    (dest / "README.md").write_text(README, encoding="utf-8")
+    (dest / "Makefile").write_text(MAKEFILE, encoding="utf-8")
+    return audit(dest, base)
+
+
+_MARK = re.compile(r"BEGIN (SOLUTION|HIDDEN TESTS)|END (SOLUTION|HIDDEN TESTS)")
+
+
+def _answers(base: Path) -> tuple[set[str], set[str], set[str]]:
+    """Graded names (defined in solution cells), solution code lines, hidden test lines."""
+    import nbformat
+
+    names, solution_lines, hidden_lines = set(), set(), set()
+    for lesson in all_lessons(base):
+        nb = nbformat.read(str(lesson.solution), as_version=4)
+        for cell in nb.cells:
+            meta = cell.get("metadata", {}).get("nbgrader", {})
+            if meta.get("solution") and cell.cell_type == "code":
+                try:
+                    names |= {n.name for n in ast.parse(cell.source).body
+                              if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
+                except SyntaxError:
+                    pass
+                for block in re.findall(r"### BEGIN SOLUTION(.*?)### END SOLUTION", cell.source, re.S):
+                    solution_lines |= {ln.strip() for ln in block.splitlines() if len(ln.strip()) > 40}
+            if meta.get("grade"):
+                for block in re.findall(r"### BEGIN HIDDEN TESTS(.*?)### END HIDDEN TESTS", cell.source, re.S):
+                    hidden_lines |= {ln.strip() for ln in block.splitlines() if len(ln.strip()) > 40}
+    return names, solution_lines, hidden_lines
+
+
+def audit(dest: Path, base: Path | None = None) -> list[str]:
+    """What in ``dest`` should not be there: solutions, hidden tests, graded answers, planted bugs."""
+    base = base or root()
+    dest = Path(dest)
+    names, solution_lines, hidden_lines = _answers(base)
+    problems = []
+    for forbidden in ("solutions", "tests", "autograde/workspace", "course/tools/references"):
+        if (dest / forbidden).exists():
+            problems.append(f"{forbidden}/ is in the distribution")
+    for f in sorted(p for p in dest.rglob("*") if p.is_file()):
+        rel = f.relative_to(dest).as_posix()
+        try:
+            text = f.read_text(encoding="utf-8")
+        except UnicodeDecodeError:
+            continue
+        if _MARK.search(text) and rel.endswith(".ipynb"):
+            problems.append(f"{rel} holds a solution or hidden-test marker")
+        shown = set()
+        if rel.startswith("notebooks/"):
+            import nbformat
+            shown = {ln.strip() for c in nbformat.reads(text, as_version=4).cells for ln in c.source.splitlines()}
+        for line in (solution_lines | hidden_lines) - shown:
+            if line in text:
+                problems.append(f"{rel} contains a line of a solution or hidden test: {line[:80]!r}")
+                break
+        if f.suffix == ".py":
+            try:
+                tree = ast.parse(text)
+            except SyntaxError:
+                continue
+            defined = {n.name for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
+            clash = sorted(defined & names)
+            if clash:
+                problems.append(f"{rel} defines {', '.join(clash)}, which learners must write themselves")
+    return problems

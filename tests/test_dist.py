@@ -1,0 +1,48 @@
+"""The student distribution (`course dist`) holds no solution, no hidden test and no graded answer."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+
+from course.tools.dist import audit
+
+ROOT = Path(__file__).resolve().parents[1]
+COURSE = str(Path(sys.executable).parent / "course")
+
+
+def test_dist_builds_and_holds_no_answer(tmp_path):
+    dest = tmp_path / "handout"
+    proc = subprocess.run([COURSE, "dist", str(dest)], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert (dest / "README.md").is_file() and (dest / "Makefile").is_file() and (dest / "pyproject.toml").is_file()
+    assert not (dest / "solutions").exists() and not (dest / "tests").exists()
+    assert not (dest / "course" / "tools" / "grading.py").exists() and not (dest / "course" / "tools" / "references").exists()
+    lessons = sorted(p.name for p in (ROOT / "solutions").iterdir() if (p / f"{p.name}.ipynb").is_file())
+    assert sorted(p.name for p in (dest / "notebooks").iterdir()) == lessons
+    assert audit(dest) == []
+    # Every module a student notebook imports is in the distribution.
+    for nb_path in (dest / "notebooks").rglob("*.ipynb"):
+        for cell in nbformat.read(str(nb_path), as_version=4).cells:
+            for mod, names in re.findall(r"^from (course[\w.]*) import ([\w, ]+)", cell.source, re.M):
+                base = dest / Path(*mod.split("."))
+                for name in [n.strip().split(" as ")[0] for n in names.split(",")] if mod == "course" else [""]:
+                    target = base / name if name else base
+                    assert target.with_suffix(".py").is_file() or (target / "__init__.py").is_file() or \
+                        (name and (base / "__init__.py").is_file() and name in (base / "__init__.py").read_text()), \
+                        f"{nb_path.name} imports {mod} {name}, missing from the distribution"
+
+
+def test_audit_catches_a_leak(tmp_path):
+    dest = tmp_path / "handout"
+    subprocess.run([COURSE, "dist", str(dest)], capture_output=True, text=True, timeout=300, check=True)
+    lesson = "05_self_attention"
+    shutil.copy2(ROOT / "solutions" / lesson / f"{lesson}.ipynb", dest / "notebooks" / lesson / "copy.ipynb")
+    (dest / "course" / "helpers_leak.py").write_text("def scaled_dot_product_attention(q, k, v, mask=None):\n    pass\n")
+    problems = audit(dest)
+    assert any("copy.ipynb" in p for p in problems) and any("helpers_leak.py" in p for p in problems), problems
