@@ -101,6 +101,8 @@ def worker_command(scratch: Path, *, sandbox: bool = True) -> list[str]:
     for f in ("/etc/ld.so.cache", "/etc/localtime", "/etc/passwd", "/etc/group", "/etc/nsswitch.conf"):
         if os.path.exists(f):
             cmd += ["--ro-bind", f, f]
+    # The sandbox's own /tmp first: a checkout or venv that lives under /tmp is bound on top of it below.
+    cmd += ["--bind", str(scratch / "tmp"), "/tmp"]
     made: set[str] = set()
     for p in _read_only_paths():
         for parent in _parents(p):
@@ -110,7 +112,6 @@ def worker_command(scratch: Path, *, sandbox: bool = True) -> list[str]:
         cmd += ["--ro-bind", p, p]
     cmd += ["--proc", "/proc", "--dev", "/dev",
             "--bind", str(scratch / "work"), "/sandbox/work",
-            "--bind", str(scratch / "tmp"), "/tmp",
             "--bind", str(scratch / "home"), "/sandbox/home",
             "--chdir", "/sandbox/work"]
     env = {"PATH": "/usr/bin:/bin", "HOME": "/sandbox/home", "TMPDIR": "/tmp", "MPLBACKEND": "Agg",
