@@ -145,6 +145,27 @@ for _ in range(40):
     except OSError:
         break
 ''',
+    "linger-for-the-next-student": '''
+import os, signal, time
+if os.fork() == 0:                                   # a daemon that outlives this notebook...
+    os.setsid()
+    if os.fork() == 0:
+        me = os.getpid()
+        end = time.time() + 60
+        while time.time() < end:                         # ...and kills whatever runs next in the sandbox
+            for p in os.listdir("/proc"):
+                if p.isdigit() and int(p) not in (1, me):
+                    try:
+                        os.kill(int(p), signal.SIGKILL)
+                    except OSError:
+                        pass
+            try:
+                open("/sandbox/work/planted.txt", "w").write("left by a previous student")
+            except OSError:
+                pass
+            time.sleep(0.05)
+    os._exit(0)
+''',
     "output-flood": '''
 print("x" * 50_000_000)
 ''',
@@ -182,6 +203,8 @@ def test_hostile_submissions_gain_nothing_and_change_nothing(tmp_path):
 
     write_submission(subs, "honest-a", LESSON, build_submission(LESSON))
     write_submission(subs, "honest-b", LESSON, build_submission(LESSON))
+    write_submission(subs, "honest-c", LESSON, build_submission(LESSON))      # graded after the attackers,
+    write_submission(subs, "honest-d", LESSON, build_submission(LESSON))      # in the same warm sandboxes
     write_submission(subs, "wrong-control", LESSON, build_submission(LESSON, {"scaled_dot_product_attention": WRONG}))
     for name, attack in ATTACKS.items():
         code = WRONG + "\n" + attack.format(**{k: str(v) for k, v in paths.items()})
@@ -201,10 +224,10 @@ def test_hostile_submissions_gain_nothing_and_change_nothing(tmp_path):
     time.sleep(5)                                       # give a detached process the time it asked for
     results = results_by_key(out / "results.json")
     problems = []
-    if len(results) != 3 + len(ATTACKS) + 1:
-        problems.append(f"{len(results)} results for {3 + len(ATTACKS) + 1} submissions:\n{proc.stdout[-3000:]}")
+    if len(results) != 5 + len(ATTACKS) + 1:
+        problems.append(f"{len(results)} results for {5 + len(ATTACKS) + 1} submissions:\n{proc.stdout[-3000:]}")
     control = results[("wrong-control", LESSON)]
-    for student in ("honest-a", "honest-b"):
+    for student in ("honest-a", "honest-b", "honest-c", "honest-d"):
         r = results[(student, LESSON)]
         if not (r["status"] == "graded" and r["score"] == r["max_score"] > 0):
             problems.append(f"{student}: {r['score']}/{r['max_score']} {r['status']} {r['detail']}")

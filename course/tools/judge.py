@@ -184,45 +184,128 @@ def _outgoing(value):
 
 # -- one worker in its sandbox ---------------------------------------------------------------------
 
-class Session:
-    """One running worker: start, requests with deadlines, stop."""
+class _Zygote:
+    """The warm sandbox of this judge process: one bubblewrap sandbox whose PID 1 forks a fresh worker
+    per submission. It is killed and started again whenever a worker misbehaves (times out, dies,
+    breaks the protocol), so a misbehaving submission can never hand its sandbox to the next one."""
 
-    def __init__(self, scratch: Path, *, use_sandbox: bool, limits: sandbox.Limits, start_timeout: float = 120):
-        self.scratch, self.use_sandbox, self.limits = scratch, use_sandbox, limits
+    def __init__(self):
+        self.proc = None
+        self.scratch = None
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def kill(self):
+        if self.proc is not None:
+            for sig_target in (lambda: os.killpg(self.proc.pid, signal.SIGKILL), self.proc.kill):
+                try:
+                    sig_target()
+                except (ProcessLookupError, PermissionError):
+                    pass
+            for stream in (self.proc.stdin, self.proc.stdout):
+                try:
+                    stream.close()
+                except OSError:
+                    pass
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                pass
+        self.proc = None
+        if self.scratch is not None:
+            sandbox.remove_scratch(self.scratch)
+            self.scratch = None
+
+
+_ZYGOTE = _Zygote()
+
+
+class Session:
+    """One worker for one submission: start, requests with deadlines, stop."""
+
+    def __init__(self, scratch_base: Path, *, use_sandbox: bool, limits: sandbox.Limits, start_timeout: float = 120):
+        self.scratch_base, self.use_sandbox, self.limits = Path(scratch_base), use_sandbox, limits
         self.proc = None
         self.deadline = None
         self.proxies: dict[int, Remote] = {}
         self.start_timeout = start_timeout
+        self.files: list[str] = []
+        self.own_scratch = None
+
+    @property
+    def scratch(self) -> Path:
+        return _ZYGOTE.scratch if self.use_sandbox else self.own_scratch
+
+    def _copy_files(self):
+        import shutil
+
+        for extra in self.files:             # data files that travel with the lesson
+            p = Path(extra)
+            if p.is_file():
+                shutil.copy2(p, self.scratch / "work" / p.name)
 
     def start(self):
         self.proxies = {}
-        cmd = sandbox.worker_command(self.scratch, sandbox=self.use_sandbox)
-        env = None
-        if not self.use_sandbox:
-            env = {k: v for k, v in os.environ.items() if not k.startswith(("COURSE_METRICS",))}
-            env.update({"NBGRADER_EXECUTION": "autograde", "COURSE_HEADLESS": "1", "MPLBACKEND": "Agg",
-                        "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "PYTHONHASHSEED": "0"})
-        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                                     cwd=str(self.scratch / "work"), env=env, start_new_session=True,
-                                     preexec_fn=self.limits.apply)
         self.deadline = time.monotonic() + self.start_timeout
         try:
+            if self.use_sandbox:
+                if not _ZYGOTE.alive():
+                    _ZYGOTE.kill()
+                    _ZYGOTE.scratch = sandbox.prepare_scratch(self.scratch_base)
+                    cmd = sandbox.worker_command(_ZYGOTE.scratch, sandbox=True, zygote=True)
+                    _ZYGOTE.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                                    stderr=subprocess.DEVNULL, start_new_session=True,
+                                                    preexec_fn=self.limits.apply)
+                    self.proc = _ZYGOTE.proc
+                    ready = self._read()
+                    if not (isinstance(ready, dict) and ready.get("value") == "zygote-ready"):
+                        raise WorkerGone("the sandbox did not start")
+                self.proc = _ZYGOTE.proc
+                self._copy_files()
+                wire.send(self.proc.stdin.fileno(), wire.encode_request({"op": "fork"}))
+            else:
+                self.own_scratch = self.own_scratch or sandbox.prepare_scratch(self.scratch_base)
+                self._copy_files()
+                env = {k: v for k, v in os.environ.items() if not k.startswith(("COURSE_METRICS",))}
+                env.update({"NBGRADER_EXECUTION": "autograde", "COURSE_HEADLESS": "1", "MPLBACKEND": "Agg",
+                            "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "PYTHONHASHSEED": "0"})
+                self.proc = subprocess.Popen(sandbox.worker_command(self.own_scratch, sandbox=False),
+                                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                             cwd=str(self.own_scratch / "work"), env=env, start_new_session=True,
+                                             preexec_fn=self.limits.apply)
             ready = self._read()
+        except (OSError, wire.WireError) as exc:
+            raise WorkerGone(f"the sandbox did not start ({exc})") from None
         finally:
             self.deadline = None
         if not (isinstance(ready, dict) and ready.get("value") == "ready"):
             raise WorkerGone("the sandbox did not start")
 
-    def stop(self):
+    def stop(self, *, graceful: bool = False):
+        """End this submission's worker. Gracefully, the warm sandbox is kept for the next one (its
+        PID 1 kills every process the submission left and empties the scratch folders first)."""
         if self.proc is None:
+            return
+        if self.use_sandbox:
+            if graceful and _ZYGOTE.alive():
+                try:
+                    wire.send(self.proc.stdin.fileno(), wire.encode_request({"op": "exit"}))
+                    self.deadline = time.monotonic() + 20
+                    back = self._read()
+                    if isinstance(back, dict) and back.get("value") == "zygote-ready":
+                        self.proc = None
+                        return
+                except (WorkerGone, OSError, wire.WireError):
+                    pass
+                finally:
+                    self.deadline = None
+            _ZYGOTE.kill()
+            self.proc = None
             return
         try:
             os.killpg(self.proc.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
-            pass
-        try:
-            self.proc.kill()
-        except ProcessLookupError:
             pass
         for stream in (self.proc.stdin, self.proc.stdout):
             try:
@@ -234,6 +317,13 @@ class Session:
         except subprocess.TimeoutExpired:
             pass
         self.proc = None
+        if self.own_scratch is not None and not graceful:
+            pass
+
+    def close(self):
+        if not self.use_sandbox and self.own_scratch is not None:
+            sandbox.remove_scratch(self.own_scratch)
+            self.own_scratch = None
 
     def _read(self):
         fd = self.proc.stdout.fileno()
@@ -261,11 +351,13 @@ class Session:
         if self.proc is None or self.proc.poll() is not None:
             raise WorkerGone("the sandbox running the notebook died (os._exit, a crash, or out of memory)")
         try:
-            wire.send(self.proc.stdin.fileno(), wire.encode_request({"op": op, **kw}))
+            payload = wire.encode_request({"op": op, **kw})
+        except pickle_errors() as exc:
+            raise TypeError(f"this value cannot be sent to the learner's code: {exc}") from None
+        try:
+            wire.send(self.proc.stdin.fileno(), payload)
         except (BrokenPipeError, OSError):
             raise WorkerGone("the sandbox running the notebook died (os._exit, a crash, or out of memory)") from None
-        except (pickle_errors()) as exc:
-            raise TypeError(f"this value cannot be sent to the learner's code: {exc}") from None
         reply = self._read()
         if not isinstance(reply, dict):
             raise WorkerGone("the sandbox broke the grading protocol (a malformed answer)")
@@ -470,13 +562,8 @@ def grade_submission(spec: dict) -> dict:
     experiments = {c.get("id") for c in source.cells if "experiment" in c.get("metadata", {}).get("tags", [])}
     context = trusted_context(source)
     defined_by_student = solution_sources(nb)
-    scratch = sandbox.prepare_scratch(Path(spec["scratch_base"]))
-    for extra in spec.get("files", []):        # data files that travel with the lesson
-        p = Path(extra)
-        if p.is_file():
-            import shutil
-            shutil.copy2(p, scratch / "work" / p.name)
-    session = Session(scratch, use_sandbox=bool(spec.get("sandbox", True)), limits=limits)
+    session = Session(Path(spec["scratch_base"]), use_sandbox=bool(spec.get("sandbox", True)), limits=limits)
+    session.files = list(spec.get("files", []))
     import weakref
     checks.FORBIDDEN_HOOK = _ForbidHook(weakref.ref(session))
     outputs: dict[int, dict] = {}
@@ -488,7 +575,7 @@ def grade_submission(spec: dict) -> dict:
 
     def restart(reason: str):
         nonlocal restarts
-        session.stop()
+        session.stop(graceful=False)
         restarts += 1
         if restarts > MAX_RESTARTS:
             raise WorkerGone("the notebook was stopped too many times; the remaining cells were not graded")
@@ -548,9 +635,9 @@ def grade_submission(spec: dict) -> dict:
     except WorkerGone as exc:
         events.append(f"sandbox: {exc}")
     finally:
-        session.stop()
+        session.stop(graceful=True)
+        session.close()
         checks.FORBIDDEN_HOOK = None
-        sandbox.remove_scratch(scratch)
     cells = []
     for gid, cell in tests.items():
         max_pts = float(cell.metadata.nbgrader.get("points", 0))
@@ -638,6 +725,7 @@ def main() -> None:
             result = {"error": f"{type(exc).__name__}: {exc}"}
         sys.stdout.write(json.dumps(result) + "\n")
         sys.stdout.flush()
+    _ZYGOTE.kill()
 
 
 if __name__ == "__main__":

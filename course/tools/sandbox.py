@@ -80,17 +80,22 @@ def _parents(path: str) -> list[str]:
     return [str(Path(*parts[:i])) for i in range(2, len(parts))]
 
 
-def worker_command(scratch: Path, *, sandbox: bool = True) -> list[str]:
-    """The command that starts a grading worker (in the sandbox unless ``sandbox`` is False)."""
+def worker_command(scratch: Path, *, sandbox: bool = True, zygote: bool = False) -> list[str]:
+    """The command that starts a grading worker (in the sandbox unless ``sandbox`` is False).
+
+    With ``zygote``, the sandboxed Python is PID 1 of its namespace and forks one fresh worker per
+    submission (see :func:`course.tools.worker._zygote`): the imports are paid once per batch."""
     python = sys.executable
     worker = [python, "-I", "-m", "course.tools.worker"] if not sandbox else [python, "-m", "course.tools.worker"]
+    if sandbox and zygote:
+        worker.append("--zygote")
     if not sandbox:
         return worker
     bwrap = _bwrap()
     if bwrap is None:
         raise RuntimeError("bubblewrap (bwrap) is not installed: " + INSTALL_HINT)
     scratch = Path(scratch).resolve()
-    cmd = [bwrap, "--die-with-parent", "--new-session", "--clearenv",
+    cmd = [bwrap, "--die-with-parent", "--new-session", "--clearenv"] + (["--as-pid-1"] if zygote else []) + [
            "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"]
     root = os.geteuid() == 0
     if not root:
@@ -110,7 +115,7 @@ def worker_command(scratch: Path, *, sandbox: bool = True) -> list[str]:
                 cmd += ["--perms", "0755", "--dir", parent]
                 made.add(parent)
         cmd += ["--ro-bind", p, p]
-    cmd += ["--proc", "/proc", "--dev", "/dev",
+    cmd += ["--proc", "/proc", "--dev", "/dev", "--perms", "0755", "--dir", "/sandbox",
             "--bind", str(scratch / "work"), "/sandbox/work",
             "--bind", str(scratch / "home"), "/sandbox/home",
             "--chdir", "/sandbox/work"]
@@ -161,7 +166,7 @@ def available() -> tuple[bool, str]:
     scratch = prepare_scratch(base)
     try:
         cmd = worker_command(scratch)
-        probe = cmd[:-3] + [sys.executable, "-c", "import torch, course; print('ok')"]
+        probe = cmd[:-3] + [sys.executable, "-c", "import torch, course; print('ok')"]   # the worker's 3 words
         proc = subprocess.run(probe, capture_output=True, text=True, timeout=120)
         if proc.returncode == 0 and "ok" in proc.stdout:
             return True, "bubblewrap"

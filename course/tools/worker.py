@@ -61,6 +61,10 @@ def _compile(source: str, name: str):
         return compile(TransformerManager().transform_cell(source), name, "exec")
 
 
+class _Exit(BaseException):
+    """The judge is done with this submission."""
+
+
 class Worker:
     def __init__(self, rfd: int, wfd: int):
         from course.tools import wire
@@ -162,6 +166,8 @@ class Worker:
             return {"ok": True, "value": None}
         if op == "unforbid":
             return {"ok": True, "value": self.unforbid()}
+        if op == "exit":
+            raise _Exit()
         obj = self.objects[req["h"]] if "h" in req else None
         with torch.set_grad_enabled(bool(req.get("grad", True))), contextlib.redirect_stdout(_Capped(0)), \
                 contextlib.redirect_stderr(_Capped(0)):
@@ -199,6 +205,8 @@ class Worker:
                 return
             try:
                 reply = self.handle(req)
+            except _Exit:
+                return
             except BaseException as exc:  # noqa: BLE001 - reported to the judge as the student's error
                 reply = {"ok": False, "error": {"type": type(exc).__name__, "message": str(exc)[:2000]}}
             self.send(reply)
@@ -215,6 +223,110 @@ class Worker:
             payload = wire.encode_data({"ok": False, "error": {"type": "MemoryError",
                                                                 "message": "the answer is too large to send"}}, self.handle_of)
         wire.send(self.wfd, payload)
+
+
+SCRATCH = ("/sandbox/work", "/tmp", "/sandbox/home")
+
+
+def _sweep() -> None:
+    """Kill every other process of the sandbox and reap them (called by the zygote, PID 1)."""
+    import signal
+
+    for _ in range(50):
+        try:
+            os.kill(-1, signal.SIGKILL)          # from PID 1: every process in the namespace but itself
+        except ProcessLookupError:
+            pass
+        try:
+            while os.waitpid(-1, os.WNOHANG) != (0, 0):
+                pass
+        except ChildProcessError:
+            return
+        time.sleep(0.01)
+
+
+def _wipe() -> None:
+    """Empty the scratch folders, whatever the last submission did to their permissions."""
+    import shutil
+
+    def force(func, path, _):
+        try:
+            os.chmod(os.path.dirname(path), 0o700)
+            os.chmod(path, 0o700)
+            func(path)
+        except OSError:
+            pass
+
+    for top in SCRATCH:
+        if not os.path.isdir(top):
+            continue
+        os.chmod(top, 0o700)
+        for name in os.listdir(top):
+            path = os.path.join(top, name)
+            if os.path.isdir(path) and not os.path.islink(path):
+                shutil.rmtree(path, onerror=force)
+            else:
+                try:
+                    os.unlink(path)
+                except OSError:
+                    pass
+
+
+def _zygote(rfd: int, wfd: int) -> None:
+    """Serve many submissions from one warm sandbox: fork a fresh worker for each.
+
+    Runs as PID 1 of the sandbox's namespace, so no submission can signal it, and non-dumpable, so
+    none can read or write its memory. Between two submissions every other process is killed and
+    the scratch folders are emptied; only then does it answer "ready" again.
+    """
+    from course.tools import wire
+
+    try:
+        import ctypes
+        import signal
+
+        libc = ctypes.CDLL(None)
+        libc.prctl(4, 0, 0, 0, 0)                    # PR_SET_DUMPABLE = 0: nobody reads our memory
+        # Die with bubblewrap's process outside (the judge kills it): dropping to the sandbox user
+        # cleared the parent-death signal bubblewrap had set, so set it again.
+        libc.prctl(1, int(signal.SIGKILL), 0, 0, 0)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+    ready = wire.encode_data({"ok": True, "value": "zygote-ready"}, lambda o: (0, {}))
+    wire.send(wfd, ready)
+    while True:
+        try:
+            req = wire.decode_request(wire.recv(rfd))
+        except wire.WireError:
+            return
+        if req.get("op") != "fork":
+            return
+        pid = os.fork()
+        if pid == 0:
+            try:
+                os.chdir("/sandbox/work")
+                Worker(rfd, wfd).serve()
+            finally:
+                os._exit(0)
+        # Wait for the worker, but end everything the moment the judge goes away (its end of the pipe
+        # closes: it killed this sandbox, or died). As PID 1, our exit takes every process with it.
+        import select
+
+        watch = select.poll()
+        watch.register(rfd, 0)                       # POLLHUP / POLLERR are always reported
+        while True:
+            try:
+                done, _ = os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                done = pid
+            if done == pid:
+                break
+            if any(ev & (select.POLLHUP | select.POLLERR | select.POLLNVAL) for _, ev in watch.poll(100)):
+                _sweep()
+                os._exit(0)
+        _sweep()
+        _wipe()
+        wire.send(wfd, ready)
 
 
 def main() -> None:
@@ -234,7 +346,10 @@ def main() -> None:
     torch.set_num_threads(1)
     import course  # noqa: F401
     from course import checks  # noqa: F401
-    Worker(rfd, wfd).serve()
+    if "--zygote" in sys.argv and os.getpid() == 1:
+        _zygote(rfd, wfd)
+    else:
+        Worker(rfd, wfd).serve()
 
 
 if __name__ == "__main__":
