@@ -1,10 +1,11 @@
 """Helpers for lesson 06's test cells (multi-head attention), so that each locked cell reads as its one idea.
 
-Nothing here is a graded answer: the reference is PyTorch's own ``nn.MultiheadAttention`` holding a
-copy of the learner's weights (:mod:`course.oracles.attention`), and the learner's module is only
-ever called, read (``state_dict``, attributes) or given parameters with :func:`course.checks.set_params`.
-Every call into the learner's module runs inside :func:`by_hand`, which makes PyTorch's own
-multi-head attention unusable while it runs (the exercise asks to build it from its parts).
+Nothing here computes a graded answer. A test computes what it expects itself (visible tests: PyTorch's
+``nn.MultiheadAttention`` holding a copy of the learner's weights; hidden tests: the instructor-side
+oracle in ``course/tools/references/refs_06.py``) and hands it to :func:`check_against`. The learner's
+module is only ever called, read (``state_dict``, attributes) or given parameters with
+:func:`course.checks.set_params`. Every call into the learner's module runs inside :func:`by_hand`, which
+makes PyTorch's own multi-head attention unusable while it runs (the exercise asks to build it from its parts).
 """
 
 from __future__ import annotations
@@ -12,9 +13,8 @@ from __future__ import annotations
 import torch
 
 from course import checks
-from course.oracles.attention import to_torch_attn_mask, to_torch_mha
 
-__all__ = ["SHORTCUTS", "by_hand", "run", "reference", "compare", "identity", "check_rejects"]
+__all__ = ["SHORTCUTS", "by_hand", "run", "check_against", "identity", "check_rejects"]
 
 SHORTCUTS = ("multi_head_attention_forward", "scaled_dot_product_attention", "MultiheadAttention",
              "torch_mha_forward", "to_torch_mha")
@@ -36,32 +36,19 @@ def run(cls, mha, *args):
     return result
 
 
-def reference(mha, query, key, value, mask=None):
-    """``(out, weights)`` of ``nn.MultiheadAttention`` holding a copy of ``mha``'s weights, per head.
+def check_against(cls, mha, args, want, what, *, hint_weights="", hint_out=""):
+    """The learner's ``mha(*args)`` gives ``want = (out, per-head weights)`` (atol 1e-5).
 
-    ``mask`` follows the course's contract (True = allowed); it is flipped to PyTorch's convention here.
+    ``args`` is ``(query, key, value)`` or ``(query, key, value, mask)``; with a mask (course contract,
+    True = allowed), forbidden keys must also get exactly zero weight. ``want`` comes from the test's own
+    oracle; every query row must keep at least one allowed key there (PyTorch returns NaN for the others;
+    the fully-masked case has its own test).
     """
-    ref = to_torch_mha(mha)
-    attn_mask = None
-    if mask is not None:
-        attn_mask = to_torch_attn_mask(mask, batch_size=query.shape[0], n_heads=ref.num_heads,
-                                       tgt_len=query.shape[1], src_len=key.shape[1])
-    with torch.no_grad():
-        return ref(query, key, value, attn_mask=attn_mask, need_weights=True, average_attn_weights=False)
-
-
-def compare(cls, mha, query, key, value, what, mask=None, *, hint_weights="", hint_out=""):
-    """The learner's out and per-head weights equal ``nn.MultiheadAttention``'s (atol 1e-5).
-
-    With a mask, forbidden keys must also get exactly zero weight. Every query row must keep at least
-    one allowed key (PyTorch returns NaN for the others; the fully-masked case has its own test).
-    """
-    want_out, want_w = reference(mha, query, key, value, mask)
-    args = (query, key, value) if mask is None else (query, key, value, mask)
+    want_out, want_w = want
     out, weights = run(cls, mha, *args)
     checks.check_shape(weights, want_w.shape, f"your weights {what}")
-    if mask is not None:
-        checks.check_zero_where(weights, ~mask.expand(want_w.shape), f"your weights {what}",
+    if len(args) > 3 and args[3] is not None:
+        checks.check_zero_where(weights, ~args[3].expand(want_w.shape), f"your weights {what}",
                                 why="the mask forbids it: True means allowed")
     checks.check_close(weights, want_w, f"your weights {what}", atol=1e-5, hint=hint_weights)
     checks.check_close(out, want_out, f"your out {what}", atol=1e-5, hint=hint_out)

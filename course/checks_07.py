@@ -1,10 +1,11 @@
 """Helpers for lesson 07's test cells (the Transformer block), so that each locked cell reads as its one idea.
 
-Nothing here is a graded answer. The reference for the block is PyTorch's ``nn.TransformerEncoderLayer``
-holding a copy of the learner's weights (:mod:`course.oracles.transformer`); masks are flipped to
-PyTorch's convention by :mod:`course.masks` (through :func:`course.oracles.attention.to_torch_attn_mask`).
-The learner's modules are only called, read, or given parameters with :func:`course.checks.set_params`,
-so every helper works the same in the learner's kernel and under the grader's judge.
+Nothing here computes a graded answer. A test computes what the block should return itself (visible
+tests: PyTorch's ``nn.TransformerEncoderLayer`` holding a copy of the learner's weights, through
+:func:`course.oracles.transformer.to_torch_encoder_layer`; hidden tests: the instructor-side oracle in
+``course/tools/references/refs_07.py``) and hands it to :func:`check_block`. The learner's modules are only
+called, read, or given parameters with :func:`course.checks.set_params`, so every helper works the same
+in the learner's kernel and under the grader's judge.
 """
 
 from __future__ import annotations
@@ -12,10 +13,8 @@ from __future__ import annotations
 import torch
 
 from course import checks
-from course.oracles.attention import to_torch_attn_mask
-from course.oracles.transformer import to_torch_encoder_layer
 
-__all__ = ["SHORTCUTS", "randomise_norms", "switch_off_sublayers", "torch_block_output", "compare_with_torch", "check_rejects"]
+__all__ = ["SHORTCUTS", "randomise_norms", "switch_off_sublayers", "make_block", "check_block", "check_rejects"]
 
 
 SHORTCUTS = ("TransformerEncoderLayer", "to_torch_encoder_layer", "load_torch_encoder_layer")
@@ -48,36 +47,21 @@ def switch_off_sublayers(block):
     return block
 
 
-def torch_block_output(block, x, mask=None):
-    """``nn.TransformerEncoderLayer`` with a copy of ``block``'s weights (eval mode) applied to ``x``.
-
-    ``mask`` follows the course's contract (True = allowed; (T, T), (B, 1, 1, T), (B, 1, T, T) or
-    (B, H, T, T)) and is flipped to PyTorch's ``src_mask`` convention here.
-    """
-    layer = to_torch_encoder_layer(block).eval()
-    src_mask = None
-    if mask is not None:
-        B, T = x.shape[0], x.shape[1]
-        src_mask = to_torch_attn_mask(mask, batch_size=B, n_heads=layer.self_attn.num_heads, tgt_len=T, src_len=T)
-    with torch.no_grad():
-        return layer(x, src_mask=src_mask)
-
-
-def compare_with_torch(cls, x, what, *, norm_first, n_heads, d_ff, generator, mask=None, dropout=0.0, hint=""):
-    """A fresh ``cls(D, n_heads, d_ff, dropout=..., norm_first=...)`` in eval mode, with random norms, equals
-    PyTorch's layer on ``x``."""
-    block = checks.call(cls, x.shape[-1], n_heads, d_ff, dropout=dropout, norm_first=norm_first,
+def make_block(cls, d_model, n_heads, d_ff, *, norm_first, generator, dropout=0.0):
+    """A fresh ``cls(d_model, n_heads, d_ff, dropout=..., norm_first=...)`` in eval mode, with random norms."""
+    block = checks.call(cls, d_model, n_heads, d_ff, dropout=dropout, norm_first=norm_first,
                         what="EncoderBlock.__init__").eval()
-    randomise_norms(block, generator)
-    want = torch_block_output(block, x, mask)
-    args = (x,) if mask is None else (x, mask)
+    return randomise_norms(block, generator)
+
+
+def check_block(cls, block, args, want, what, *, norm_first, hint=""):
+    """The learner's ``block(*args)`` (PyTorch's ready-made layer forbidden) equals ``want`` (atol 1e-5)."""
     with checks.forbid(cls, *SHORTCUTS, why=WHY):
         out = checks.call(block, *args, what="EncoderBlock.forward")
     layout = ("pre-norm: x = x + attn(norm1(x)); x = x + ff(norm2(x))." if norm_first else
               "post-norm: x = norm1(x + attn(x)); x = norm2(x + ff(x)).")
     checks.check_close(out, want, what, atol=1e-5, hint=hint or (layout + " Check which norm goes with which sublayer "
                                                                  "(and that your LayerNorm tests pass)."))
-    return block
 
 
 def check_rejects(block, x, mask, what):

@@ -1,4 +1,5 @@
-"""Unit tests for the test helpers of lessons 04 and 05 (course/checks_04.py, course/checks_05.py)."""
+"""Unit tests for the test helpers of lessons 04 and 05 (course/checks_04.py, course/checks_05.py) and for lesson 05's
+hidden-test oracle (course/tools/references/refs_05.py)."""
 
 import math
 
@@ -8,6 +9,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from course import checks_04, checks_05
+from course.tools.references import refs_05
 
 
 def test_reference_attention_equals_pytorch_where_every_query_sees_a_key():
@@ -15,16 +17,16 @@ def test_reference_attention_equals_pytorch_where_every_query_sees_a_key():
     q, k, v = torch.randn(2, 3, 5, 8, generator=g), torch.randn(2, 3, 7, 8, generator=g), torch.randn(2, 3, 7, 4, generator=g)
     mask = torch.rand(2, 3, 5, 7, generator=g) < 0.5
     mask[..., 0] = True
-    out, weights = checks_05.reference_attention(q, k, v, mask)
+    out, weights = refs_05.reference_attention(q, k, v, mask)
     torch.testing.assert_close(out, F.scaled_dot_product_attention(q, k, v, attn_mask=mask), atol=1e-5, rtol=1e-5)
-    torch.testing.assert_close(weights, checks_05.pytorch_weights(q, k, mask), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(weights, refs_05.pytorch_weights(q, k, mask), atol=1e-5, rtol=1e-5)
 
 
 def test_reference_attention_gives_zeros_on_fully_masked_rows():
     q, k, v = torch.randn(3, 4), torch.randn(5, 4), torch.randn(5, 2)
     mask = torch.ones(3, 5, dtype=torch.bool)
     mask[1] = False
-    out, weights = checks_05.reference_attention(q, k, v, mask)
+    out, weights = refs_05.reference_attention(q, k, v, mask)
     assert torch.equal(weights[1], torch.zeros(5)) and torch.equal(out[1], torch.zeros(2))
     assert torch.allclose(weights.sum(-1), torch.tensor([1.0, 0.0, 1.0]))
 
@@ -32,7 +34,7 @@ def test_reference_attention_gives_zeros_on_fully_masked_rows():
 def test_reference_attention_reads_a_2d_mask_as_tq_tk_when_batch_equals_t():
     T = 4
     q = k = torch.randn(T, T, 8)
-    _, weights = checks_05.reference_attention(q, k, torch.randn(T, T, 2), torch.ones(T, T, dtype=torch.bool).tril())
+    _, weights = refs_05.reference_attention(q, k, torch.randn(T, T, 2), torch.ones(T, T, dtype=torch.bool).tril())
     assert torch.equal(weights.triu(1), torch.zeros(T, T, T))
 
 
