@@ -171,12 +171,18 @@ def _feedback_html(nb, result: SubmissionResult, out_path: Path, hidden_lines: s
         msg = ("passed" if c.passed else "failed: " + c.message).replace("|", "\\|").replace("\n", " ")
         lines.append(f"| `{c.grade_id}` | {c.points:g} / {c.max_points:g} | {msg} |")
     nb.cells.insert(0, nbformat.v4.new_markdown_cell("\n".join(lines)))
-    body, _ = HTMLExporter(template_name="lab").from_notebook_node(nb)
+    exporter = getattr(_EXPORTERS, "html", None)
+    if exporter is None:
+        exporter = _EXPORTERS.html = HTMLExporter(template_name="lab")
+    body, _ = exporter.from_notebook_node(nb)
     # Defence in depth: no line of a hidden test may appear, whatever printed it.
     for line in hidden_lines:
         for variant in {line, __import__("html").escape(line)}:
             body = body.replace(variant, "[hidden test line removed]")
     _atomic_write(out_path, body)
+
+
+_EXPORTERS = threading.local()     # one nbconvert exporter per grading thread (its templates load once)
 
 
 def _hidden_lines(source_nb, release_nb) -> set[str]:
@@ -353,7 +359,7 @@ def grade(submissions: Path, out: Path, *, timeout: int = 60, lessons: list[str]
         _atomic_write(results_path, json.dumps([asdict(r) for r in ordered], indent=2) + "\n")
 
     def finish(res: SubmissionResult, nb=None, judged=None):
-        with lock:
+        if True:    # feedback first, outside the lock: submissions are independent
             if nb is not None and judged is not None:
                 lesson = res.lesson
                 try:
@@ -365,6 +371,7 @@ def grade(submissions: Path, out: Path, *, timeout: int = 60, lessons: list[str]
                     res.feedback = str(path)
                 except Exception as exc:  # noqa: BLE001 - feedback is a courtesy; never lose the grade over it
                     res.detail += f"; feedback not written ({type(exc).__name__}: {exc})"
+        with lock:
             if res.status not in ("unknown-lesson",) and res.lesson in sources:
                 try:
                     _record_gradebook(ws, res)
