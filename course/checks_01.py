@@ -1,10 +1,10 @@
 """Helpers for lesson 01's test cells (attention pooling), so that each locked cell reads as its one idea.
 
-Nothing here is a graded answer's shortcut: :func:`pooling` builds the learner's own
-``AttentionPooling`` and gives its documented ``query`` parameter a chosen value through
-:func:`course.checks.set_params` (never an in-place edit, which would not reach the learner's module
-under grading); :func:`reference` is the explicit formula of the exercise, written independently of
-any learner code, in float64.
+Nothing here computes a graded answer: :func:`pooling` builds the learner's own ``AttentionPooling``
+and gives its documented ``query`` parameter a chosen value through :func:`course.checks.set_params`
+(never an in-place edit, which would not reach the learner's module under grading), and :func:`pool`
+calls it. The explicit formula the hidden tests compare with is instructor side, in
+``course/tools/references/refs_01.py`` (students do not receive it).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import torch
 
 from course import checks
 
-__all__ = ["pooling", "pool", "reference"]
+__all__ = ["pooling", "pool"]
 
 
 def pooling(cls, d_model: int, query=None):
@@ -36,22 +36,3 @@ def pool(module, x, mask):
     checks.check(isinstance(out, (tuple, list)) and len(out) == 2,
                  "AttentionPooling.forward should return a tuple (pooled, weights).")
     return out
-
-
-def reference(x, mask, query):
-    """``(pooled, weights)`` of attention pooling, by its formula, in float64.
-
-    scores = x . query; a softmax over the real tokens (mask True) only; zero weights and a zero
-    pooled vector for a row with no real token.
-    """
-    x, q = torch.as_tensor(x, dtype=torch.float64), torch.as_tensor(query, dtype=torch.float64)
-    scores = x @ q                                                        # (B, T, D) @ (D,) -> (B, T)
-    weights = torch.zeros_like(scores)
-    for b in range(scores.shape[0]):
-        real = mask[b]
-        if real.any():
-            s = scores[b, real]
-            e = torch.exp(s - s.max())
-            weights[b, real] = e / e.sum()
-    pooled = torch.einsum("bt,btd->bd", weights, x)                        # (B, T) x (B, T, D) -> (B, D)
-    return pooled, weights

@@ -106,13 +106,13 @@ def decode_step(decoder, y_prev, s_prev, states, mask):
 '''},
         "must_fail": ["test_decode_step_matches_decoder"],
     },
-    # A delegating answer: the package's own step (the audit's example was decoder.step, now gone).
+    # A delegating answer: the package's own decoder step (the Luong step, the only attention step it has).
     "decode_step_delegates_to_package": {
         "replace": {"decode_step": '''
-from course.models.seq2seq import _attention_step
+from course.models.seq2seq import LuongDecoder
 
 def decode_step(decoder, y_prev, s_prev, states, mask):
-    return _attention_step(decoder, y_prev, s_prev, states, mask)
+    return LuongDecoder.step(decoder, y_prev, s_prev, states, mask)
 '''},
         "must_fail": ["test_decode_step_shapes", "test_decode_step_attention_call", "test_decode_step_matches_decoder"],
     },
