@@ -33,9 +33,10 @@ def data():
 
 
 def _model(data, attention=True, seed=0):
+    """With attention: the package's Luong decoder (the package holds no Bahdanau step: lesson 02's answer)."""
     torch.manual_seed(seed)
     att = DotAttention(D_HIDDEN, s2s.Seq2Seq.encoder_size(D_HIDDEN)) if attention else None
-    return s2s.Seq2Seq(len(data.src_vocab), len(data.tgt_vocab), D_EMB, D_HIDDEN, att).eval()
+    return s2s.Seq2Seq(len(data.src_vocab), len(data.tgt_vocab), D_EMB, D_HIDDEN, att, luong=attention).eval()
 
 
 def test_encoder_shapes_and_padding_invariance(data):
@@ -97,12 +98,42 @@ def test_attention_module_is_called_with_the_documented_shapes(data):
             return super().forward(query, keys, values, mask)
 
     model = s2s.Seq2Seq(len(data.src_vocab), len(data.tgt_vocab), D_EMB, D_HIDDEN,
-                        Spy(D_HIDDEN, 2 * D_HIDDEN))
+                        Spy(D_HIDDEN, 2 * D_HIDDEN), luong=True)
     b = data.batch(data.test[:3])
     model(b.src, b.src_mask, b.tgt_in)
     B, S = b.src.shape
     assert len(calls) == b.tgt_in.shape[1]
     assert calls[0] == ((B, D_HIDDEN), (B, S, 2 * D_HIDDEN), (B, S, 2 * D_HIDDEN), (B, S), torch.bool)
+
+
+def test_luong_step_attends_with_the_new_state():
+    """LuongDecoder: s_m = GRU(e_m, s_{m-1}) first, then the query is s_m; the output reads [s_m || c_m]."""
+    torch.manual_seed(0)
+    dec = s2s.LuongDecoder(11, D_EMB, D_HIDDEN, 2 * D_HIDDEN, DotAttention(D_HIDDEN, 2 * D_HIDDEN)).eval()
+    assert dec.cell.input_size == D_EMB and dec.out.in_features == D_HIDDEN + 2 * D_HIDDEN
+    g = torch.Generator().manual_seed(1)
+    y, s_prev, states = torch.tensor([1, 4, 7]), torch.randn(3, D_HIDDEN, generator=g), torch.randn(3, 5, 2 * D_HIDDEN, generator=g)
+    mask = torch.arange(5) < torch.tensor([5, 2, 4])[:, None]
+    with torch.no_grad():
+        logits, s, weights = dec.step(y, s_prev, states, mask)
+        gru = nn.GRUCell(D_EMB, D_HIDDEN)
+        gru.load_state_dict(dec.cell.state_dict())
+        want_s = gru(dec.embedding.weight[y], s_prev)
+        want_c, want_w = dec.attention(want_s, states, states, mask)
+        want_logits = torch.cat([want_s, want_c], -1) @ dec.out.weight.T + dec.out.bias
+    torch.testing.assert_close(s, want_s)
+    torch.testing.assert_close(weights, want_w)
+    torch.testing.assert_close(logits, want_logits)
+
+
+def test_seq2seq_arguments_say_what_to_pass():
+    att = DotAttention(4, 8)
+    with pytest.raises(TypeError, match="step=decode_step.*luong=True"):
+        s2s.Seq2Seq(9, 11, 3, 4, att)
+    with pytest.raises(ValueError, match="leave step= out"):
+        s2s.Seq2Seq(9, 11, 3, 4, att, step=lambda *a: None, luong=True)
+    with pytest.raises(ValueError, match="attention="):
+        s2s.Seq2Seq(9, 11, 3, 4, luong=True)
 
 
 @pytest.mark.parametrize("attention", [False, True])

@@ -11,14 +11,15 @@ The model follows Cho et al. (2014) and Bahdanau et al. (2015), in the seeds' no
   - without attention, c_m is the same for every step: the encoder's final summary. The whole
     sentence has to squeeze through that one vector (the *bottleneck*);
   - with attention, c_m = sum_i alpha_{m,i} h_i, where the weights alpha_m come from comparing
-    the previous decoder state s_{m-1} with every encoder state h_i. The comparison is whatever
-    ``attention`` module the model was built with (lesson 02: the additive score
+    a decoder state with every encoder state h_i: the previous state s_{m-1} in Bahdanau's
+    decoder (lesson 02), the current one s_m in Luong's (:class:`LuongDecoder`, lesson 03). The
+    comparison is whatever ``attention`` module the model was built with (lesson 02: the additive score
     FC(s_{m-1} || h_i); lesson 03: dot, scaled dot, cosine, bilinear, MLP).
 
 The attention module is any ``nn.Module`` called as::
 
     context, weights = attention(query, keys, values, mask)
-    # query   (B, Dq)    the previous decoder state s_{m-1}; Dq = d_hidden
+    # query   (B, Dq)    the decoder state (s_{m-1}, or s_m for Luong); Dq = d_hidden
     # keys    (B, S, Dk) the encoder states h_1..h_S;         Dk = encoder size = 2 * d_hidden
     # values  (B, S, Dv) the encoder states again;            Dv = Dk
     # mask    (B, S)     bool, True on real source tokens, False on padding
@@ -32,9 +33,12 @@ Shape letters: B batch, S source length, T target length, E = d_emb, V vocabular
 
 Lesson 02's learner writes the additive attention and the attention decoder's step, and plugs
 both in: ``Seq2Seq(..., attention=AdditiveAttention(...), step=decode_step)``. The ``Decoder``
-only holds the layers; it has no step method to delegate to. (Lesson 03 trains the same translator
-without passing a ``step``; it then uses this module's own step, ``_attention_step``. Lesson 02's
-tests forbid calling it and check ``decode_step`` against an explicit formula, not against it.)
+only holds the layers; it has no step method to delegate to, and this package holds no
+implementation of that (Bahdanau) step.
+
+Lesson 03 trains its translators with the other classic decoder, Luong et al. (2015), built with
+``Seq2Seq(..., attention=..., luong=True)`` (:class:`LuongDecoder`): the GRU moves first and the
+*current* state s_m is the attention's query (see :class:`LuongDecoder` for the equations).
 """
 
 from __future__ import annotations
@@ -49,7 +53,7 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from course.train import History, fit
 
-__all__ = ["Encoder", "Decoder", "Seq2Seq", "train_translator", "translate_pairs", "evaluate", "length_bucket", "cpu_threads"]
+__all__ = ["Encoder", "Decoder", "LuongDecoder", "Seq2Seq", "train_translator", "translate_pairs", "evaluate", "length_bucket", "cpu_threads"]
 
 
 class Encoder(nn.Module):
@@ -132,16 +136,55 @@ def _bottleneck_step(decoder: Decoder, y_prev, s_prev, summary):
     return decoder.out(torch.cat([s, summary, e], dim=-1)), s, None        # (B, V), (B, d_hidden)
 
 
-def _attention_step(decoder: Decoder, y_prev, s_prev, states, mask):
-    """The step used when a Seq2Seq with attention gets no ``step`` (lesson 03). Not for lesson 02's answer."""
-    e = decoder.embedding(y_prev)
-    context, weights = decoder.attention(s_prev, states, states, mask)
-    s = decoder.cell(torch.cat([e, context], dim=-1), s_prev)
-    return decoder.out(torch.cat([s, context, e], dim=-1)), s, weights
+class LuongDecoder(nn.Module):
+    """Luong et al. (2015)'s attention decoder: update the state first, then attend with it.
+
+    One step, for the previous target word y_{m-1} and state s_{m-1}::
+
+        e_m    = E[y_{m-1}]
+        s_m    = GRU(e_m, s_{m-1})                                  # the GRU reads the word only
+        c_m, a = attention(query=s_m, keys=h, values=h, mask)      # the CURRENT state asks
+        logits = W_out [s_m || c_m] + b_out
+
+    This differs from lesson 02's (Bahdanau) decoder, whose query is the previous state s_{m-1}
+    and whose GRU reads [e_m || c_m]. Luong's paper also offers "input feeding" (giving the next
+    step's GRU the previous attentional vector); this decoder does not use it, so a step needs
+    nothing but (y_{m-1}, s_{m-1}) and keeps :class:`Seq2Seq`'s one-state loop. (Luong's extra
+    layer tanh(W_c [c_m || s_m]) before the output is folded into ``out`` here: one linear layer.)
+
+    Args:
+        vocab_size, d_emb, d_hidden, d_key, attention: as for :class:`Decoder`; ``attention`` is
+            required (the same call signature; its query has size d_hidden).
+
+    Attributes:
+        ``embedding`` (V -> E), ``init`` (Dk -> d_hidden), ``cell`` (``nn.GRUCell(E, d_hidden)``),
+        ``attention``, ``out`` (``nn.Linear(d_hidden + Dk, V)``: logits from [s_m || c_m]).
+    """
+
+    def __init__(self, vocab_size: int, d_emb: int, d_hidden: int, d_key: int, attention: nn.Module):
+        super().__init__()
+        if attention is None:
+            raise ValueError("LuongDecoder needs an attention module (use Seq2Seq(..., attention=None) for the plain decoder).")
+        self.embedding = nn.Embedding(vocab_size, d_emb, padding_idx=0)
+        self.init = nn.Linear(d_key, d_hidden)
+        self.cell = nn.GRUCell(d_emb, d_hidden)
+        self.attention = attention
+        self.out = nn.Linear(d_hidden + d_key, vocab_size)
+        self.d_hidden, self.d_key = d_hidden, d_key
+
+    def init_state(self, final: torch.Tensor) -> torch.Tensor:
+        """s_0 = tanh(W final), as in :class:`Decoder`. (B, Dk) -> (B, d_hidden)."""
+        return torch.tanh(self.init(final))
+
+    def step(self, y_prev, s_prev, states, mask):
+        """One Luong step: ``(y_prev (B,), s_prev (B, H), states (B, S, Dk), mask (B, S)) -> (logits (B, V), s (B, H), weights (B, S))``."""
+        s = self.cell(self.embedding(y_prev), s_prev)                          # (B, E) -> (B, d_hidden)
+        context, weights = self.attention(s, states, states, mask)             # query = the new state s_m
+        return self.out(torch.cat([s, context], dim=-1)), s, weights           # (B, d_hidden + Dk) -> (B, V)
 
 
 class Seq2Seq(nn.Module):
-    """Encoder-decoder translator; pass an attention module to get Bahdanau-style cross-attention.
+    """Encoder-decoder translator; with an attention module, Bahdanau's decoder (plug in ``step``) or Luong's (``luong=True``).
 
     Args:
         src_vocab: source vocabulary size.
@@ -152,9 +195,12 @@ class Seq2Seq(nn.Module):
             decoder state (the attention's query) has size Dq = d_hidden.
         attention: ``None`` (plain encoder-decoder) or a module with the call signature given in
             this module's docstring.
-        step: with attention, the decoder step to run, called as
-            ``step(decoder, y_prev (B,), s_prev (B, d_hidden), states (B, S, Dk), mask (B, S))
-            -> (logits (B, V), s (B, d_hidden), weights (B, S))``: lesson 02's ``decode_step``.
+        step: with attention and the default (Bahdanau) :class:`Decoder`, the decoder step to run,
+            called as ``step(decoder, y_prev (B,), s_prev (B, d_hidden), states (B, S, Dk),
+            mask (B, S)) -> (logits (B, V), s (B, d_hidden), weights (B, S))``: lesson 02's
+            ``decode_step``. The package has no such step of its own, so it is required.
+        luong: with attention, use :class:`LuongDecoder` and its own step instead (lesson 03); then
+            ``step`` must be left out.
 
     Shapes:
         forward(src (B, S), src_mask (B, S), tgt_in (B, T)) -> logits (B, T, V) (teacher forcing:
@@ -164,11 +210,21 @@ class Seq2Seq(nn.Module):
     """
 
     def __init__(self, src_vocab: int, tgt_vocab: int, d_emb: int, d_hidden: int, attention: nn.Module | None = None,
-                 step=None):
+                 step=None, *, luong: bool = False):
         super().__init__()
+        if attention is None and (step is not None or luong):
+            raise ValueError("step= and luong=True are for a Seq2Seq with attention; pass attention=... too.")
+        if luong and step is not None:
+            raise ValueError("Seq2Seq(..., luong=True) runs LuongDecoder's own step: leave step= out.")
+        if attention is not None and not luong and step is None:
+            raise TypeError("Seq2Seq with attention needs a decoder step: pass step=decode_step (lesson 02's "
+                            "Bahdanau step, called as step(decoder, y_prev, s_prev, states, mask)), or luong=True "
+                            "for the package's Luong decoder (query = the current state s_m).")
         self.step = step
+        self.luong = luong
         self.encoder = Encoder(src_vocab, d_emb, d_hidden, bidirectional=True)
-        self.decoder = Decoder(tgt_vocab, d_emb, d_hidden, self.encoder.d_out, attention)
+        decoder_cls = LuongDecoder if luong else Decoder
+        self.decoder = decoder_cls(tgt_vocab, d_emb, d_hidden, self.encoder.d_out, attention)
         self.d_hidden = d_hidden
         self.d_key = self.encoder.d_out
 
@@ -182,10 +238,12 @@ class Seq2Seq(nn.Module):
         return self.decoder.attention
 
     def _decode(self, y_prev, s_prev, states, mask, summary):
-        """One decoder step: the plug-in ``step`` with attention, the bottleneck step without."""
+        """One decoder step: Luong's, or the plug-in ``step``, with attention; the bottleneck step without."""
         if self.attention is None:
             return _bottleneck_step(self.decoder, y_prev, s_prev, summary)
-        return (self.step or _attention_step)(self.decoder, y_prev, s_prev, states, mask)
+        if self.luong:
+            return self.decoder.step(y_prev, s_prev, states, mask)
+        return self.step(self.decoder, y_prev, s_prev, states, mask)
 
     def forward(self, src: torch.Tensor, src_mask: torch.Tensor, tgt_in: torch.Tensor, *, return_weights: bool = False):
         B, T = tgt_in.shape
