@@ -342,7 +342,8 @@ def grade(submissions: Path, out: Path, *, timeout: int = 60, lessons: list[str]
         except (ValueError, KeyError, TypeError):
             previous = {}
     lock = threading.Lock()
-    scratch_base = Path(tempfile.mkdtemp(prefix="course-grade-"))
+    # Scratch folders of the sandboxes (COURSE_GRADE_SCRATCH picks where: e.g. a faster disk).
+    scratch_base = Path(tempfile.mkdtemp(prefix="course-grade-", dir=os.environ.get("COURSE_GRADE_SCRATCH") or None))
     os.chmod(scratch_base, 0o711)
     if progress:
         progress(f"course grade: {len(items)} submissions, {jobs} at a time; isolation: {sandbox.describe(unsafe_no_sandbox)}")
