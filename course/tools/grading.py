@@ -160,26 +160,49 @@ def _graded_notebook(nb, source_nb, release_nb, judged: dict, *, for_student: bo
     return out
 
 
-def _feedback_html(nb, result: SubmissionResult, out_path: Path, hidden_lines: set[str]) -> None:
-    """Feedback the student may see: their code and outputs, test messages, no hidden test source."""
+def render_feedback(nb, hidden_lines: set[str]) -> str:
+    """The graded notebook as an HTML page, with every line of a hidden test removed whatever printed it."""
+    import html as _html
+
     from nbconvert import HTMLExporter
 
-    lines = [f"# Feedback: {result.lesson}", "", f"**{result.student}** scored **{result.score:g} / {result.max_score:g}**"
-             f" (status: {result.status}{'; ' + result.detail if result.detail else ''}).", "",
-             "| test | points | result |", "|---|---|---|"]
-    for c in result.cells:
-        msg = ("passed" if c.passed else "failed: " + c.message).replace("|", "\\|").replace("\n", " ")
-        lines.append(f"| `{c.grade_id}` | {c.points:g} / {c.max_points:g} | {msg} |")
-    nb.cells.insert(0, nbformat.v4.new_markdown_cell("\n".join(lines)))
     exporter = getattr(_EXPORTERS, "html", None)
     if exporter is None:
         exporter = _EXPORTERS.html = HTMLExporter(template_name="lab")
     body, _ = exporter.from_notebook_node(nb)
-    # Defence in depth: no line of a hidden test may appear, whatever printed it.
+    return _scrub(body, hidden_lines)
+
+
+def _scrub(body: str, hidden_lines: set[str]) -> str:
+    import html as _html
+
     for line in hidden_lines:
-        for variant in {line, __import__("html").escape(line)}:
+        for variant in {line, _html.escape(line)}:
             body = body.replace(variant, "[hidden test line removed]")
-    _atomic_write(out_path, body)
+    return body
+
+
+def _summary_html(result: SubmissionResult) -> str:
+    """The score and one row per test, as the first thing on the feedback page."""
+    import html as _html
+
+    rows = "".join(
+        f"<tr><td><code>{_html.escape(c.grade_id)}</code></td><td>{c.points:g} / {c.max_points:g}</td>"
+        f"<td>{'passed' if c.passed else 'failed: ' + _html.escape(c.message)}</td></tr>" for c in result.cells)
+    detail = f"; {_html.escape(result.detail)}" if result.detail else ""
+    return (f'<div class="course-feedback" style="margin:1em 2em;font-family:sans-serif">'
+            f"<h1>Feedback: {_html.escape(result.lesson)}</h1>"
+            f"<p><b>{_html.escape(result.student)}</b> scored <b>{result.score:g} / {result.max_score:g}</b> "
+            f"(status: {_html.escape(result.status)}{detail}).</p>"
+            f'<table border="1" cellpadding="4" style="border-collapse:collapse"><tr><th>test</th><th>points</th>'
+            f"<th>result</th></tr>{rows}</table></div>")
+
+
+def _feedback_page(body: str, result: SubmissionResult, hidden_lines: set[str]) -> str:
+    summary = _scrub(_summary_html(result), hidden_lines)
+    at = body.find("<body")
+    at = body.find(">", at) + 1 if at >= 0 else 0
+    return body[:at] + summary + body[at:]
 
 
 _EXPORTERS = threading.local()     # one nbconvert exporter per grading thread (its templates load once)
@@ -360,18 +383,16 @@ def grade(submissions: Path, out: Path, *, timeout: int = 60, lessons: list[str]
         _atomic_write(results_path, json.dumps([asdict(r) for r in ordered], indent=2) + "\n")
 
     def finish(res: SubmissionResult, nb=None, judged=None):
-        if True:    # feedback first, outside the lock: submissions are independent
-            if nb is not None and judged is not None:
-                lesson = res.lesson
-                try:
-                    graded_nb = _graded_notebook(nb, source_nbs[lesson], releases[lesson], judged, for_student=False)
-                    _atomic_write(ws.path / "autograded" / res.student / lesson / f"{lesson}.ipynb", nbformat.writes(graded_nb))
-                    fb = _graded_notebook(nb, source_nbs[lesson], releases[lesson], judged, for_student=True)
-                    path = ws.path / "feedback" / res.student / lesson / f"{lesson}.html"
-                    _feedback_html(fb, res, path, hidden[lesson])
-                    res.feedback = str(path)
-                except Exception as exc:  # noqa: BLE001 - feedback is a courtesy; never lose the grade over it
-                    res.detail += f"; feedback not written ({type(exc).__name__}: {exc})"
+        if nb is not None and judged is not None:     # the judge rendered the pages; write them
+            lesson = res.lesson
+            if judged.get("autograded"):
+                _atomic_write(ws.path / "autograded" / res.student / lesson / f"{lesson}.ipynb", judged["autograded"])
+            if judged.get("feedback_html"):
+                path = ws.path / "feedback" / res.student / lesson / f"{lesson}.html"
+                _atomic_write(path, _feedback_page(judged["feedback_html"], res, hidden[lesson]))
+                res.feedback = str(path)
+            else:
+                res.detail += f"; feedback not written ({judged.get('feedback_error', 'no page')})"
         with lock:
             if res.status not in ("unknown-lesson",) and res.lesson in sources:
                 try:
@@ -420,7 +441,8 @@ def grade(submissions: Path, out: Path, *, timeout: int = 60, lessons: list[str]
         nbformat.write(nb, str(clean))
         spec = {"notebook": str(clean), "source": str(sources[lesson]), "timeout": timeout,
                 "notebook_timeout": notebook_timeout or max(600, timeout * 20), "scratch_base": str(scratch_base),
-                "sandbox": not unsafe_no_sandbox, "limits": {"memory_mb": memory_mb}, "files": files[lesson]}
+                "sandbox": not unsafe_no_sandbox, "limits": {"memory_mb": memory_mb}, "files": files[lesson],
+                "release": str(ws.path / "release" / lesson / f"{lesson}.ipynb")}
         judged = judges.grade(slot, spec)
         res = SubmissionResult(student, lesson, max_score=max_score, sha256=digest)
         if "error" in judged:

@@ -651,9 +651,23 @@ def grade_submission(spec: dict) -> dict:
         else:
             cells.append({"grade_id": gid, "points": max_pts if r["passed"] else 0.0, "max_points": max_pts,
                           "passed": r["passed"], "message": r["message"], "deleted": False})
-    return {"cells": cells, "outputs": {str(k): v for k, v in outputs.items()}, "events": events,
-            "suspicious": suspicious(nb), "seconds": round(time.perf_counter() - t0, 3),
-            "phases": {k: round(v, 3) for k, v in phase.items()}}
+    result = {"cells": cells, "outputs": {str(k): v for k, v in outputs.items()}, "events": events,
+              "suspicious": suspicious(nb), "phases": {k: round(v, 3) for k, v in phase.items()}}
+    if spec.get("release"):
+        # The pages are rendered here, in parallel judge processes, not in the grader's one process.
+        from course.tools import grading as G
+
+        f0 = time.perf_counter()
+        release = nbformat.read(spec["release"], as_version=4)
+        try:
+            result["autograded"] = nbformat.writes(G._graded_notebook(nb, source, release, result, for_student=False))
+            result["feedback_html"] = G.render_feedback(G._graded_notebook(nb, source, release, result, for_student=True),
+                                                        G._hidden_lines(source, release))
+        except Exception as exc:  # noqa: BLE001 - feedback is a courtesy; never lose the grade over it
+            result["feedback_error"] = f"{type(exc).__name__}: {exc}"
+        result["phases"]["feedback"] = round(time.perf_counter() - f0, 3)
+    result["seconds"] = round(time.perf_counter() - t0, 3)
+    return result
 
 
 def run_test(session: Session, cell, context: dict, student_defs: dict, timeout: int, total_deadline: float) -> dict:
