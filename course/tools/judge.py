@@ -184,6 +184,26 @@ def _outgoing(value):
 
 # -- one worker in its sandbox ---------------------------------------------------------------------
 
+def _terminate(proc) -> None:
+    """Kill a worker or sandbox process (and its process group), close its pipes, reap it."""
+    if proc is None:
+        return
+    for kill in (lambda: os.killpg(proc.pid, signal.SIGKILL), proc.kill):
+        try:
+            kill()
+        except (ProcessLookupError, PermissionError):
+            pass
+    for stream in (proc.stdin, proc.stdout):
+        try:
+            stream.close()
+        except OSError:
+            pass
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        pass
+
+
 class _Zygote:
     """The warm sandbox of this judge process: one bubblewrap sandbox whose PID 1 forks a fresh worker
     per submission. It is killed and started again whenever a worker misbehaves (times out, dies,
@@ -197,21 +217,7 @@ class _Zygote:
         return self.proc is not None and self.proc.poll() is None
 
     def kill(self):
-        if self.proc is not None:
-            for sig_target in (lambda: os.killpg(self.proc.pid, signal.SIGKILL), self.proc.kill):
-                try:
-                    sig_target()
-                except (ProcessLookupError, PermissionError):
-                    pass
-            for stream in (self.proc.stdin, self.proc.stdout):
-                try:
-                    stream.close()
-                except OSError:
-                    pass
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                pass
+        _terminate(self.proc)
         self.proc = None
         if self.scratch is not None:
             sandbox.remove_scratch(self.scratch)
@@ -303,22 +309,8 @@ class Session:
             _ZYGOTE.kill()
             self.proc = None
             return
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-        for stream in (self.proc.stdin, self.proc.stdout):
-            try:
-                stream.close()
-            except OSError:
-                pass
-        try:
-            self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            pass
+        _terminate(self.proc)
         self.proc = None
-        if self.own_scratch is not None and not graceful:
-            pass
 
     def close(self):
         if not self.use_sandbox and self.own_scratch is not None:
