@@ -30,6 +30,11 @@ GRADED_API = {
     "05_self_attention": ["scaled_dot_product_attention", "causal_mask", "padding_mask", "SelfAttention"],
     "06_multi_head_attention": ["split_heads", "merge_heads", "MultiHeadAttention"],
     "07_transformer_block": ["sinusoidal_encoding", "offset_matrix", "LayerNorm", "FeedForward", "EncoderBlock"],
+    "08_transformer": ["DecoderBlock", "Transformer", "greedy_decode", "beam_search", "average_checkpoints"],
+    "09_language_model": ["lm_loss", "sample_next", "GPT"],
+    "10_bert": ["mask_tokens", "make_nsp_pairs", "BertEmbeddings", "Bert"],
+    "11_vit": ["patchify", "PatchEmbedding", "ViT"],
+    "12_efficient_attention": ["chunked_attention"],
 }
 
 
