@@ -31,6 +31,7 @@ __all__ = [
     "PAD", "UNK", "POSITIVE", "NEGATIVE", "FILLER", "LENGTH_BUCKETS",
     "Tweet", "Vocab", "TweetTensors", "TweetSplits",
     "generate", "make_vocab", "embeddings", "encode", "load", "length_bucket", "tokenize",
+    "NEGATORS", "NegatedTweet", "generate_negated",
 ]
 
 PAD, UNK = 0, 1
@@ -62,6 +63,9 @@ FILLER = (
     # tweet noise
     "lol", "omg", "rt", "via", "#monday", "#tbt", "#news", "#life", "@friend", "@team",
 )
+
+# Words that flip the polarity of the sentiment word right after them (lesson 10): "not good", "never bad".
+NEGATORS = ("not", "never")
 
 # Tweet lengths (in words) are bucketed like this in the lesson's results.
 LENGTH_BUCKETS = {"short": (4, 12), "medium": (13, 26), "long": (27, 40)}
@@ -114,6 +118,60 @@ def generate(n: int, *, seed: int = 0, min_len: int = 4, max_len: int = 40) -> l
         pos = rng.randint(0, length - 1)
         words.insert(pos, rng.choice(POSITIVE if label == 1 else NEGATIVE))
         out.append(Tweet(tuple(words), label, pos))
+    return out
+
+
+@dataclass(frozen=True)
+class NegatedTweet(Tweet):
+    """A tweet with one sentiment word and one negator (lesson 10).
+
+    Attributes:
+        negator_position: index in ``words`` of the negator ("not", "never").
+        negated: True when the negator sits right before the sentiment word ("not great"), which
+            flips the label; False when it sits elsewhere and negates a filler word ("not late").
+    """
+
+    negator_position: int
+    negated: bool
+
+
+def generate_negated(n: int, *, seed: int = 0, min_len: int = 4, max_len: int = 40) -> list[NegatedTweet]:
+    """``n`` tweets like :func:`generate`'s, each with one negator that flips the label half of the time.
+
+    Every tweet holds one sentiment word and one negator (:data:`NEGATORS`). With probability 1/2
+    the negator stands right before the sentiment word ("the coffee was not great"): the tweet means
+    the opposite of its sentiment word, and its label is flipped. Otherwise it stands anywhere else,
+    never right before the sentiment word ("the bus was not late lol great"), and the label is the
+    sentiment word's polarity. Both kinds contain the same words, so a model that ignores word order
+    (mean or attention pooling) cannot tell them apart: on these tweets it is at chance.
+
+    Lengths (counting the negator) are uniform in [min_len, max_len]; the same ``seed`` gives the same tweets.
+    """
+    if not 3 <= min_len <= max_len:
+        raise ValueError(f"need 3 <= min_len <= max_len, got min_len={min_len}, max_len={max_len}")
+    rng = random.Random(seed)
+    out = []
+    for _ in range(n):
+        length = rng.randint(min_len, max_len)
+        polarity = rng.randint(0, 1)
+        negated = rng.random() < 0.5
+        words = [rng.choice(FILLER) for _ in range(length - 2)]
+        negator = rng.choice(NEGATORS)
+        sentiment = rng.choice(POSITIVE if polarity == 1 else NEGATIVE)
+        if negated:
+            pos = rng.randint(0, length - 2)
+            words[pos:pos] = [negator, sentiment]
+            neg_pos, sent_pos = pos, pos + 1
+        else:
+            sent_pos = rng.randint(0, length - 2)
+            words.insert(sent_pos, sentiment)                       # length - 1 words so far
+            slots = [i for i in range(length) if i != sent_pos]     # inserting at sent_pos would precede it
+            neg_pos = rng.choice(slots)
+            words.insert(neg_pos, negator)
+            if neg_pos <= sent_pos:
+                sent_pos += 1
+        label = 1 - polarity if negated else polarity
+        out.append(NegatedTweet(tuple(words), label, sent_pos, neg_pos, negated))
     return out
 
 
