@@ -46,6 +46,51 @@ class Run:
 
         return torch.device(self.device)
 
+    @property
+    def cuda(self) -> bool:
+        """True when this run's device is a CUDA GPU."""
+        return self.device.startswith("cuda")
+
+    @property
+    def amp(self) -> bool:
+        """True where bf16 autocast is safe and pays: a CUDA GPU with native bf16 (compute capability 8.0+).
+
+        Pass it on, ``fit(..., amp=run.amp)``, or wrap a forward pass in ``with run.autocast():``.
+        Always False on the CPU, so CPU results never change.
+        """
+        if not self.cuda:
+            return False
+        import torch
+
+        return torch.cuda.get_device_capability(self.torch_device)[0] >= 8
+
+    def autocast(self, enabled: bool = True):
+        """``torch.autocast`` to bf16 on a GPU where :attr:`amp` holds; a do-nothing context elsewhere."""
+        import contextlib
+
+        import torch
+
+        if enabled and self.amp:
+            return torch.autocast("cuda", dtype=torch.bfloat16)
+        return contextlib.nullcontext()
+
+    def put(self, batch):
+        """Move a tensor, or a tuple/list/dict of them, to this run's device.
+
+        On a GPU the copy comes from pinned memory and does not block the Python thread; on the CPU
+        the tensors come back unchanged. See :func:`course.train.to_device`.
+        """
+        from course.train import to_device
+
+        return to_device(batch, self.device)
+
+    def sync(self) -> None:
+        """Wait for the GPU's queued work (before reading a clock); nothing to wait for on the CPU."""
+        if self.cuda:
+            import torch
+
+            torch.cuda.synchronize(self.torch_device)
+
     def generator(self, offset: int = 0):
         """A ``torch.Generator`` seeded from the run's seed (plus ``offset``), on the CPU."""
         import torch
@@ -58,20 +103,64 @@ def grading() -> bool:
     return bool(os.environ.get("NBGRADER_EXECUTION"))
 
 
-def resolve_device(device: str = "auto") -> str:
+class DeviceError(RuntimeError):
+    """The ``DEVICE`` asked for does not exist on this machine; the message says what to set instead."""
+
+
+_FIX = ('Set DEVICE = "auto" (the GPU when there is one, the CPU otherwise) or DEVICE = "cpu" in the '
+        "parameters cell (the first code cell), then run the notebook again.")
+
+
+def _no_cuda_reason() -> str:
     import torch
 
-    device = (device or "auto").lower()
+    if torch.version.cuda is None and getattr(torch.version, "hip", None) is None:
+        return (f"this PyTorch ({torch.__version__}) is a CPU-only build; a GPU needs a CUDA build of "
+                "PyTorch (see pytorch.org) and an NVIDIA driver")
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None and visible.strip() in ("", "-1"):
+        return f"CUDA_VISIBLE_DEVICES={visible!r} hides every GPU from PyTorch"
+    return "PyTorch has CUDA support but finds no GPU (is there one? does `nvidia-smi` list it?)"
+
+
+def resolve_device(device: str = "auto") -> str:
+    """Turn the notebook's ``DEVICE`` into a device that exists here.
+
+    ``"auto"`` picks the first CUDA GPU when PyTorch sees one, else the CPU (never MPS: not every
+    operation the lessons use runs there). ``"cpu"``, ``"cuda"``, ``"cuda:N"`` and ``"mps"`` are taken
+    as asked, and a device this machine does not have is a :class:`DeviceError` that says what to set
+    instead, raised before any tensor touches it (not a CUDA traceback from deep inside a cell).
+    """
+    import torch
+
+    device = (device or "auto").strip().lower()
     if device == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        raise RuntimeError(
-            f"DEVICE = {device!r} was asked for, but this machine has no CUDA GPU visible to "
-            "PyTorch. Set DEVICE = 'auto' (or 'cpu') in the parameters cell."
-        )
-    if device not in ("cpu",) and not device.startswith("cuda") and device != "mps":
-        raise ValueError(f"DEVICE must be 'auto', 'cpu' or 'cuda[:N]', not {device!r}.")
-    return device
+    if device == "cpu":
+        return device
+    if device == "gpu":
+        device = "cuda"
+    if device == "cuda" or device.startswith("cuda:"):
+        index = device.partition(":")[2]
+        if index and not index.isdigit():
+            raise ValueError(f"DEVICE = {device!r} is not a device: write 'cuda' or 'cuda:N' with N a number.")
+        if not torch.cuda.is_available():
+            raise DeviceError(f"DEVICE = {device!r} was asked for, but this machine has no CUDA GPU visible to "
+                              f"PyTorch: {_no_cuda_reason()}. {_FIX}")
+        count = torch.cuda.device_count()
+        if index and int(index) >= count:
+            raise DeviceError(f"DEVICE = {device!r} was asked for, but this machine has {count} CUDA GPU(s): "
+                              f"cuda:0{f' to cuda:{count - 1}' if count > 1 else ''}. Set DEVICE = 'cuda' or 'auto'.")
+        return device
+    if device == "mps":
+        mps = getattr(torch.backends, "mps", None)
+        if mps is None or not mps.is_available():
+            why = ("this PyTorch was built without MPS" if mps is None or not mps.is_built()
+                   else "MPS needs an Apple-silicon Mac with macOS 12.3 or later")
+            raise DeviceError(f"DEVICE = 'mps' (Apple-silicon GPU) was asked for, but it is not available here: "
+                              f"{why}. {_FIX}")
+        return device
+    raise ValueError(f"DEVICE must be 'auto', 'cpu', 'cuda', 'cuda:N' or 'mps', not {device!r}.")
 
 
 def resolve_profile(profile: str = "auto", device: str = "cpu") -> str:
@@ -112,7 +201,8 @@ def setup(profile: str = "auto", device: str = "auto", seed: int = 0, *, quiet: 
 
     Args:
         profile: ``"auto"``, ``"smoke"``, ``"standard"`` or ``"full"``.
-        device: ``"auto"``, ``"cpu"`` or ``"cuda"``.
+        device: ``"auto"``, ``"cpu"``, ``"cuda"``, ``"cuda:N"`` or ``"mps"``; one this machine lacks
+            raises :class:`DeviceError`, whose message says what to set instead.
         seed: seeds Python, NumPy and PyTorch.
         quiet: do not print the summary line.
         cpu_threads: torch's intra-op threads on the CPU (1 by default; None leaves torch's choice).
@@ -122,9 +212,20 @@ def setup(profile: str = "auto", device: str = "auto", seed: int = 0, *, quiet: 
     """
     import torch
 
-    dev = resolve_device(device)
+    try:
+        dev = resolve_device(device)
+    except (DeviceError, ValueError) as exc:
+        raise type(exc)(str(exc)) from None       # the message says it all: no chained traceback
     prof = resolve_profile(profile, dev)
     notes = []
+    if dev.startswith("cuda"):
+        # Tensor cores for float32 matmuls (TF32, ~10 bits of mantissa) in the experiments' models;
+        # graded test cells compare on the CPU, where nothing changes.
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+        name = torch.cuda.get_device_name(torch.device(dev))
+        bf16 = torch.cuda.get_device_capability(torch.device(dev))[0] >= 8
+        notes.append(f"{name}; TF32 matmuls; bf16 autocast {'available (run.amp)' if bf16 else 'not native here'}")
     if grading():
         notes.append("nbgrader is running this notebook: smoke profile")
         _warnings_to_stdout()

@@ -2,10 +2,18 @@
 
 Experiments call :func:`fit` with a function that makes a batch and a function that computes the
 loss; graded test cells never train. The progress bar is hidden while nbgrader executes a notebook.
+
+On a GPU the loop keeps the GPU busy: the Python thread queues a step's kernels and moves on to the
+next step without waiting for the loss to come back, because losses and gradient norms are kept
+in tensors on the device and read back once every ``log_every`` steps (a ``loss.item()`` per step
+would stall the GPU on every step). ``amp=True`` runs the forward pass and the loss in bf16
+autocast where the GPU supports it, and batches made on the CPU reach the GPU through pinned
+memory without blocking (:func:`to_device`). On the CPU none of this changes a number.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from dataclasses import dataclass, field
@@ -15,7 +23,7 @@ import torch
 
 from course.config import grading
 
-__all__ = ["History", "fit", "progress"]
+__all__ = ["History", "fit", "progress", "to_device", "autocast"]
 
 
 def progress(iterable=None, *, total=None, desc: str = "", disable: bool | None = None):
@@ -25,6 +33,43 @@ def progress(iterable=None, *, total=None, desc: str = "", disable: bool | None 
     if disable is None:
         disable = grading()
     return tqdm(iterable, total=total, desc=desc, disable=disable, leave=False)
+
+
+def to_device(batch, device):
+    """Move a tensor, or a tuple / list / dict of tensors (nested), to ``device``.
+
+    To a CUDA device, CPU tensors are copied from pinned (page-locked) memory with
+    ``non_blocking=True``: the copy overlaps with the GPU's work instead of stopping the Python
+    thread. Tensors already on ``device`` and anything that is not a tensor come back unchanged.
+    """
+    device = torch.device(device)
+    if isinstance(batch, torch.Tensor):
+        if batch.device == device or (device.index is None and batch.device.type == device.type):
+            return batch
+        if device.type == "cuda" and batch.device.type == "cpu":
+            return batch.pin_memory().to(device, non_blocking=True)
+        return batch.to(device)
+    if isinstance(batch, dict):
+        return {k: to_device(v, device) for k, v in batch.items()}
+    if isinstance(batch, (list, tuple)):
+        moved = [to_device(v, device) for v in batch]
+        if hasattr(batch, "_fields"):                       # a namedtuple keeps its type
+            return type(batch)(*moved)
+        return type(batch)(moved)
+    return batch
+
+
+def amp_supported(device) -> bool:
+    """True on a CUDA device with native bf16 (compute capability 8.0+: A100, L4, H100, RTX 30xx/40xx...)."""
+    device = torch.device(device)
+    return device.type == "cuda" and torch.cuda.get_device_capability(device)[0] >= 8
+
+
+def autocast(device, enabled: bool = True):
+    """bf16 ``torch.autocast`` on a CUDA device that supports it, a do-nothing context elsewhere."""
+    if enabled and amp_supported(device):
+        return torch.autocast("cuda", dtype=torch.bfloat16)
+    return contextlib.nullcontext()
 
 
 @dataclass
@@ -44,6 +89,19 @@ class History:
         return sum(tail) / len(tail)
 
 
+def _adamw(model: torch.nn.Module, lr: float, weight_decay: float) -> torch.optim.Optimizer:
+    """AdamW; on a GPU its fused kernel (one launch for all parameters instead of several per tensor)."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    fused = bool(params) and all(p.is_cuda and p.is_floating_point() for p in params)
+    kwargs = {"fused": True} if fused else {}
+    return torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay, **kwargs)
+
+
+def _kept(dtype: torch.dtype) -> torch.dtype:
+    """The dtype a History keeps a value in: its own when float32/float64 (exact), else float32."""
+    return dtype if dtype in (torch.float32, torch.float64) else torch.float32
+
+
 def fit(
     model: torch.nn.Module,
     make_batch: Callable[[int], object],
@@ -57,6 +115,9 @@ def fit(
     desc: str = "training",
     optimizer: torch.optim.Optimizer | None = None,
     on_step: Callable[[int, float], None] | None = None,
+    amp: bool = False,
+    device=None,
+    log_every: int = 50,
 ) -> History:
     """Train ``model`` for ``steps`` Adam(W) steps.
 
@@ -68,32 +129,50 @@ def fit(
         lr: peak learning rate (linear warm-up over ``warmup`` steps, then constant).
         clip: gradient-norm clipping threshold (None for no clipping).
         optimizer: use this optimiser instead of a fresh AdamW.
-        on_step: called as ``on_step(step, loss)`` after each step.
+        on_step: called as ``on_step(step, loss)`` after each step, ``loss`` a float. Reading it
+            waits for the GPU, so on a GPU a callback costs a synchronisation per step.
+        amp: run ``loss_fn`` under bf16 autocast where the model's GPU supports it (``run.amp``);
+            ignored on the CPU. Parameters, gradients and the optimiser stay in float32.
+        device: if given, each batch is moved there with :func:`to_device` (pinned, non-blocking);
+            leave it None when ``make_batch`` already returns tensors on the model's device.
+        log_every: steps between two read-backs of the loss for the progress bar.
 
     Returns:
         A :class:`History` of per-step losses, gradient norms and the wall time.
     """
-    opt = optimizer or torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
+    opt = optimizer or _adamw(model, lr, weight_decay)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / warmup) if warmup else 1.0)
+    first = next(model.parameters(), None)
+    model_device = first.device if first is not None else torch.device("cpu")
     hist = History()
+    losses = norms = None            # filled on the loss's device: read back every log_every steps only
     model.train()
     start = time.perf_counter()
     bar = progress(range(steps), desc=desc)
     for step in bar:
-        loss = loss_fn(model, make_batch(step))
+        batch = make_batch(step)
+        if device is not None:
+            batch = to_device(batch, device)
+        with autocast(model_device, enabled=amp):
+            loss = loss_fn(model, batch)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         params = [p for p in model.parameters() if p.grad is not None]
         norm = torch.nn.utils.clip_grad_norm_(params, clip if clip else float("inf")) if params else torch.tensor(0.0)
         opt.step()
         sched.step()
-        value = loss.item()
-        hist.losses.append(value)
-        hist.grad_norms.append(float(norm))
+        if losses is None:
+            losses = torch.empty(steps, dtype=_kept(loss.dtype), device=loss.device)
+            norms = torch.empty(steps, dtype=_kept(norm.dtype), device=norm.device)
+        losses[step] = loss.detach().reshape(())
+        norms[step] = norm.detach().reshape(())
         if on_step is not None:
-            on_step(step, value)
-        if step % 20 == 0 and hasattr(bar, "set_postfix"):
-            bar.set_postfix(loss=f"{value:.3f}")
+            on_step(step, losses[step].item())
+        if (step % log_every == 0 or step == steps - 1) and not getattr(bar, "disable", True):
+            bar.set_postfix(loss=f"{losses[step].item():.3f}")
+    if losses is not None:
+        hist.losses = losses.tolist()        # the one synchronisation of the run
+        hist.grad_norms = norms.tolist()
     hist.seconds = time.perf_counter() - start
     model.eval()
     return hist
