@@ -1,4 +1,5 @@
-"""Lesson 07's bridge to PyTorch: copy a learner's encoder block into ``nn.TransformerEncoderLayer``.
+"""Lessons 07-08's bridge to PyTorch: copy a learner's encoder block into ``nn.TransformerEncoderLayer``,
+its decoder block into ``nn.TransformerDecoderLayer`` and its whole encoder-decoder into ``nn.Transformer``.
 
 Test cells use these helpers to compare a learner's ``EncoderBlock`` with PyTorch's own layer after
 copying the weights, so that "equal to ``nn.TransformerEncoderLayer``" is checked against PyTorch
@@ -23,6 +24,7 @@ the learner's modules, so a block built with other sizes is copied just as well.
 from __future__ import annotations
 
 import copy
+import math
 
 import torch
 from torch import nn
@@ -32,6 +34,10 @@ __all__ = [
     "to_torch_encoder_layer",
     "load_torch_encoder_layer",
     "with_torch_norms",
+    "decoder_layer_state_dict",
+    "to_torch_decoder_layer",
+    "TorchTransformer",
+    "to_torch_transformer",
 ]
 
 
@@ -200,3 +206,153 @@ def with_torch_norms(block: nn.Module) -> nn.Module:
         torch_norm.train(ours.training)
         setattr(block, name, torch_norm)
     return block
+
+
+# -- lesson 08: the decoder block and the whole encoder-decoder ----------------------------------------
+#
+# The name mapping (ours -> ``nn.TransformerDecoderLayer``)::
+#
+#     self_attn.*                            -> self_attn.*            (masked self-attention)
+#     cross_attn.* (or multihead_attn.*)     -> multihead_attn.*       (queries: target, keys/values: memory)
+#     linear1, linear2 (or ff.linear1/2)     -> linear1, linear2
+#     norm1, norm2, norm3                    -> norm1, norm2, norm3    (self-attn, cross-attn, feed-forward)
+#
+# and for the whole model (ours -> ``nn.Transformer`` with custom encoder/decoder stacks)::
+#
+#     encoder_layers.i.*  -> encoder.layers.i.*        encoder_norm.* -> encoder.norm.* (pre-norm only)
+#     decoder_layers.i.*  -> decoder.layers.i.*        decoder_norm.* -> decoder.norm.* (pre-norm only)
+#
+# The embeddings, the position table ``pe`` and the output layer ``generator`` are read off the
+# learner's model as they are (the tests check the position table against its formula separately).
+
+
+def _cross_attention(ours: nn.Module, what: str):
+    for name in ("cross_attn", "multihead_attn"):
+        if hasattr(ours, name):
+            return getattr(ours, name)
+    raise AssertionError(f"{what} has no attribute `cross_attn`: name the cross-attention module cross_attn "
+                         "(nn.MultiheadAttention(d_model, n_heads, batch_first=True)).")
+
+
+def decoder_layer_state_dict(ours: nn.Module, what: str = "your DecoderBlock") -> dict[str, torch.Tensor]:
+    """The learner's decoder block's weights under ``nn.TransformerDecoderLayer``'s parameter names.
+
+    Args:
+        ours: a decoder block with ``self_attn``, ``cross_attn``, ``linear1``/``linear2`` (or
+            ``ff.linear1``/``ff.linear2``), ``norm1``, ``norm2``, ``norm3``.
+
+    Returns:
+        A state dict (detached clones) that ``nn.TransformerDecoderLayer.load_state_dict`` accepts.
+    """
+    state = {f"self_attn.{k}": v for k, v in _attention_weights(_get(ours, "self_attn", what)).items()}
+    state.update({f"multihead_attn.{k}": v for k, v in _attention_weights(_cross_attention(ours, what)).items()})
+    linear1, linear2 = _feed_forward(ours)
+    for name, lin in (("linear1", linear1), ("linear2", linear2)):
+        state[f"{name}.weight"] = lin.weight
+        if lin.bias is not None:
+            state[f"{name}.bias"] = lin.bias
+    for name in ("norm1", "norm2", "norm3"):
+        norm = _get(ours, name, what)
+        state[f"{name}.weight"] = _get(norm, "weight", f"{what}'s {name}")
+        state[f"{name}.bias"] = _get(norm, "bias", f"{what}'s {name}")
+    return {k: v.detach().clone() for k, v in state.items()}
+
+
+def to_torch_decoder_layer(ours: nn.Module, *, norm_first: bool | None = None, dropout: float = 0.0,
+                           what: str = "your DecoderBlock") -> nn.TransformerDecoderLayer:
+    """PyTorch's ``nn.TransformerDecoderLayer(batch_first=True)`` holding a copy of the learner's block's weights.
+
+    ``norm_first`` is read from ``ours.norm_first`` when not given (False if the block has none). The
+    layer is on the learner's device and dtype, in the same train/eval mode as ``ours``.
+    """
+    if norm_first is None:
+        norm_first = bool(getattr(ours, "norm_first", False))
+    attn = _get(ours, "self_attn", what)
+    linear1, _ = _feed_forward(ours)
+    norm1 = _get(ours, "norm1", what)
+    d_model = int(_get(norm1, "weight", f"{what}'s norm1").numel())
+    layer = nn.TransformerDecoderLayer(
+        d_model, _n_heads(attn), dim_feedforward=linear1.out_features, dropout=dropout,
+        layer_norm_eps=float(getattr(norm1, "eps", 1e-5)), batch_first=True, norm_first=norm_first,
+    ).to(device=linear1.weight.device, dtype=linear1.weight.dtype)
+    missing, unexpected = layer.load_state_dict(decoder_layer_state_dict(ours, what), strict=False)
+    if missing or unexpected:
+        raise AssertionError(f"{what}'s weights do not fit nn.TransformerDecoderLayer: missing {sorted(missing)}, "
+                             f"unexpected {sorted(unexpected)}. Keep bias=True everywhere, as PyTorch's layer does.")
+    layer.train(ours.training)
+    return layer
+
+
+class TorchTransformer(nn.Module):
+    """The learner's embeddings, positions and output layer around PyTorch's ``nn.Transformer`` (a test oracle).
+
+    ``forward(src, tgt, src_mask=None)`` takes the course's arguments (``src_mask`` (B, S) bool, True on
+    real tokens) and returns logits (B, T, V), converting the masks to PyTorch's convention here.
+    """
+
+    def __init__(self, src_embed, tgt_embed, pe, transformer: nn.Transformer, generator, d_model: int):
+        super().__init__()
+        self.src_embed, self.tgt_embed, self.transformer, self.generator = src_embed, tgt_embed, transformer, generator
+        self.register_buffer("pe", pe)
+        self.d_model = d_model
+
+    def forward(self, src, tgt, src_mask=None):
+        scale = math.sqrt(self.d_model)
+        x = self.src_embed(src) * scale + self.pe[: src.shape[1]]                  # (B, S, D)
+        y = self.tgt_embed(tgt) * scale + self.pe[: tgt.shape[1]]                  # (B, T, D)
+        T = tgt.shape[1]
+        causal = torch.ones(T, T, dtype=torch.bool, device=tgt.device).triu(1)   # PyTorch: True = blocked
+        padding = None if src_mask is None else ~src_mask                          # PyTorch: True on padding
+        h = self.transformer(x, y, tgt_mask=causal, src_key_padding_mask=padding, memory_key_padding_mask=padding)
+        return self.generator(h)
+
+
+def to_torch_transformer(ours: nn.Module, what: str = "your Transformer") -> TorchTransformer:
+    """PyTorch's ``nn.Transformer`` holding a copy of the learner's encoder and decoder stacks (eval mode).
+
+    Args:
+        ours: a model with ``src_embed``, ``tgt_embed``, ``pe`` (P, D), ``encoder_layers``,
+            ``decoder_layers``, ``encoder_norm``/``decoder_norm`` (modules or None), ``generator`` and
+            ``norm_first`` (see lesson 08).
+
+    Returns:
+        A :class:`TorchTransformer`: copies of the learner's embeddings, position table and output
+        layer around ``nn.Transformer(batch_first=True, custom_encoder=..., custom_decoder=...)`` whose
+        stacks hold copies of the learner's blocks and final norms.
+    """
+    enc_layers = list(_get(ours, "encoder_layers", what))
+    dec_layers = list(_get(ours, "decoder_layers", what))
+    if not enc_layers or not dec_layers:
+        raise AssertionError(f"{what} needs at least one encoder and one decoder layer.")
+    norm_first = bool(getattr(ours, "norm_first", False))
+
+    def final_norm(name):
+        norm = getattr(ours, name, None)
+        if norm is None:
+            return None
+        copy_ = nn.LayerNorm(norm.weight.shape[-1], eps=float(getattr(norm, "eps", 1e-5)),
+                             device=norm.weight.device, dtype=norm.weight.dtype)
+        copy_.load_state_dict({"weight": norm.weight.detach().clone(), "bias": norm.bias.detach().clone()})
+        return copy_
+
+    first_enc = to_torch_encoder_layer(enc_layers[0], norm_first=norm_first)
+    first_dec = to_torch_decoder_layer(dec_layers[0], norm_first=norm_first, what=f"{what}'s decoder layer")
+    d_model = int(_get(ours, "src_embed", what).weight.shape[1])
+    transformer = nn.Transformer(
+        d_model, nhead=first_enc.self_attn.num_heads, batch_first=True,
+        custom_encoder=nn.TransformerEncoder(first_enc, len(enc_layers), enable_nested_tensor=False),
+        custom_decoder=nn.TransformerDecoder(first_dec, len(dec_layers)))
+    # nn.Transformer re-initialises every weight matrix of its stacks: the copies go in afterwards
+    transformer.encoder.layers = nn.ModuleList([to_torch_encoder_layer(layer, norm_first=norm_first) for layer in enc_layers])
+    transformer.decoder.layers = nn.ModuleList([to_torch_decoder_layer(layer, norm_first=norm_first, what=f"{what}'s decoder layer")
+                                                for layer in dec_layers])
+    transformer.encoder.norm, transformer.decoder.norm = final_norm("encoder_norm"), final_norm("decoder_norm")
+    # fresh modules holding copies of the weights (read as tensors: this also works on the grader's stand-ins)
+    src_embed, tgt_embed = (nn.Embedding.from_pretrained(_get(ours, n, what).weight.detach().clone())
+                            for n in ("src_embed", "tgt_embed"))
+    out = _get(ours, "generator", what)
+    generator = nn.Linear(out.in_features, out.out_features, bias=out.bias is not None,
+                          device=out.weight.device, dtype=out.weight.dtype)
+    generator.load_state_dict({k: v.detach().clone() for k, v in out.state_dict().items()})
+    pe = _get(ours, "pe", what).detach().clone()
+    return TorchTransformer(src_embed, tgt_embed, pe, transformer, generator, d_model).eval()

@@ -1,0 +1,227 @@
+"""Helpers for lesson 08's test cells (the full Transformer, decoding, checkpoint averaging).
+
+Nothing here computes a graded answer. The centre piece is :class:`TableModel`, a tiny, fully
+deterministic "translation model" with the interface the lesson's decoders use (``pad_id``,
+``encode(src, src_mask)``, ``decode(tgt, memory, src_mask)``, ``forward``): its next-token scores come
+from a fixed table, so a test knows every sequence's probability and can compare ``greedy_decode``
+and ``beam_search`` with an exhaustive search. Tests build it here (a package class), so that an
+instance can be handed to the learner's decoders under the grader too.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from course import checks
+
+__all__ = ["TableModel", "length_penalty_model", "make_decoder_block", "check_decoder_block", "randomise_norms", "call_model", "gnmt_penalty", "sequence_logprob", "check_hypotheses", "strip_after_eos", "random_state_dicts"]
+
+PAD, BOS, EOS = 0, 1, 2
+
+
+class TableModel(nn.Module):
+    """A "translation model" whose next-token scores are read from a table.
+
+    The score of token ``v`` after the prefix ``<bos> y_1 .. y_t`` is::
+
+        table[min(t, L - 1), y_t, v] + mean over the REAL source tokens s of src_table[s, v]
+
+    (``y_0`` = ``<bos>``), turned into log-probabilities by a log-softmax. So the model is a Markov
+    chain over target tokens whose steps depend on the position, nudged by the source sentence; the
+    source's padding changes nothing only when ``src_mask`` is passed.
+
+    Args:
+        table: (L, V, V) scores, ``table[t, prev, v]``.
+        src_table: (V_src, V) scores added per real source token (averaged); zeros if None.
+        pad_id: the padding id of the source and of decoded output (0).
+
+    Interface (as the lesson's ``Transformer``):
+        ``encode(src (B, S), src_mask (B, S) or None) -> memory (B, S, V)``;
+        ``decode(tgt (B, T), memory, src_mask (B, S) or None) -> logits (B, T, V)``, log-probabilities;
+        ``forward(src, tgt, src_mask=None)``.
+    """
+
+    def __init__(self, table: torch.Tensor, src_table: torch.Tensor | None = None, pad_id: int = PAD):
+        super().__init__()
+        table = torch.as_tensor(table, dtype=torch.float32)
+        if table.dim() != 3 or table.shape[1] != table.shape[2]:
+            raise ValueError(f"table must be (L, V, V), got {tuple(table.shape)}")
+        V = table.shape[-1]
+        if src_table is None:
+            src_table = torch.zeros(V, V)
+        self.register_buffer("table", table)
+        self.register_buffer("src_table", torch.as_tensor(src_table, dtype=torch.float32))
+        self.pad_id = pad_id
+        self.vocab_size = V
+
+    @classmethod
+    def from_probs(cls, rows: dict, V: int = 5, L: int = 5):
+        """A table from readable probabilities: ``rows[(t, prev)]`` (or ``rows[(None, prev)]`` for every t) is a
+        dict ``{token: probability}``; unlisted tokens get 1e-6, unlisted rows are uniform over <eos> and 3.. V-1."""
+        table = torch.zeros(L, V, V)
+        uniform = {v: 1.0 for v in [EOS] + list(range(3, V))}
+        for t in range(L):
+            for prev in range(V):
+                row = rows.get((t, prev), rows.get((None, prev), uniform))
+                probs = torch.full((V,), 1e-6, dtype=torch.float64)
+                for tok, p in row.items():
+                    probs[tok] = p
+                table[t, prev] = (probs / probs.sum()).log().float()
+        return cls(table)
+
+    @classmethod
+    def random(cls, seed: int, V: int = 5, L: int = 6, V_src: int = 6, spread: float = 1.5, src_spread: float = 1.0):
+        """Random scores (seeded); <pad> and <bos> are never likely outputs (score -20)."""
+        g = torch.Generator().manual_seed(seed)
+        table = spread * torch.randn(L, V, V, generator=g)
+        src_table = src_spread * torch.randn(V_src, V, generator=g)
+        src_table[PAD] = 25.0 * torch.randn(V, generator=g)        # padding carries loud scores: it must be masked
+        table[..., PAD] = -20.0
+        table[..., BOS] = -20.0
+        return cls(table, src_table)
+
+    def encode(self, src: torch.Tensor, src_mask: torch.Tensor | None = None) -> torch.Tensor:
+        return self.src_table[src]                                   # (B, S, V)
+
+    def decode(self, tgt: torch.Tensor, memory: torch.Tensor, src_mask: torch.Tensor | None = None) -> torch.Tensor:
+        B, T = tgt.shape
+        if src_mask is None:
+            src_mask = torch.ones(memory.shape[:2], dtype=torch.bool, device=memory.device)
+        m = src_mask.to(memory.dtype).unsqueeze(-1)                 # (B, S, 1)
+        context = (memory * m).sum(1) / m.sum(1).clamp(min=1)        # (B, V)
+        pos = torch.arange(T, device=tgt.device).clamp(max=self.table.shape[0] - 1)
+        scores = self.table[pos[None, :].expand(B, T), tgt] + context[:, None, :]     # (B, T, V)
+        return torch.log_softmax(scores, dim=-1)
+
+    def forward(self, src, tgt, src_mask=None):
+        return self.decode(tgt, self.encode(src, src_mask), src_mask)
+
+
+def length_penalty_model() -> TableModel:
+    """The lesson's hand-made example (tokens: 0 <pad>, 1 <bos>, 2 <eos>, 3 "a", 4 "b").
+
+    First token: a 0.5, b 0.45, <eos> 0.05. After a: <eos> 0.74. After b: b 0.9, and at position 3
+    <eos> 0.9. So "a <eos>" (log P = -0.994) is the greedy and the most probable sentence, while
+    "b b b <eos>" (log P = -1.115) is longer and wins once the GNMT length penalty (alpha 0.6) applies.
+    """
+    return TableModel.from_probs({
+        (0, BOS): {3: 0.5, 4: 0.45, EOS: 0.05},
+        (None, 3): {EOS: 0.74, 3: 0.13, 4: 0.13},
+        (None, 4): {4: 0.9, EOS: 0.05, 3: 0.05},
+        (3, 4): {EOS: 0.9, 3: 0.05, 4: 0.05},
+    })
+
+
+def gnmt_penalty(length: int, alpha: float) -> float:
+    """lp(Y) = ((5 + |Y|) / 6) ** alpha (Wu et al., 2016)."""
+    return ((5 + length) / 6) ** alpha
+
+
+def sequence_logprob(model: TableModel, src: torch.Tensor, tokens, bos_id: int = BOS) -> float:
+    """log P(tokens | src) under ``model`` (``tokens`` without <bos>), in float64."""
+    src = src.reshape(1, -1)
+    mask = src != model.pad_id
+    tgt = torch.tensor([[bos_id] + list(tokens)])
+    with torch.no_grad():
+        logp = model.decode(tgt[:, :-1], model.encode(src, mask), mask).double()   # (1, n, V)
+    return float(logp[0, torch.arange(len(tokens)), torch.tensor(list(tokens))].sum())
+
+
+def strip_after_eos(row, eos_id: int = EOS) -> list[int]:
+    """A decoded row as a list, cut after its first <eos> (kept)."""
+    row = [int(t) for t in row]
+    return row[: row.index(eos_id) + 1] if eos_id in row else row
+
+
+def check_hypotheses(result, what: str, *, max_len: int, eos_id: int = EOS, beam_size: int | None = None) -> list:
+    """``beam_search``'s result is a list of (tokens, score) pairs, best first; returns it as [(list, float)]."""
+    checks.check(isinstance(result, (list, tuple)) and len(result) > 0,
+                 f"{what} should return a non-empty list of (tokens, score) pairs; it returned {type(result).__name__}.")
+    out = []
+    for i, item in enumerate(result):
+        checks.check(isinstance(item, (list, tuple)) and len(item) == 2,
+                     f"entry {i} of {what} should be a pair (tokens, score); it is {item!r:.80}.")
+        tokens, score = item
+        if isinstance(tokens, torch.Tensor):
+            tokens = tokens.tolist()
+        tokens = [int(t) for t in tokens]
+        score = float(score)
+        checks.check(len(tokens) <= max_len, f"hypothesis {i} of {what} has {len(tokens)} tokens; max_len is {max_len}.")
+        checks.check(eos_id not in tokens[:-1],
+                     f"hypothesis {i} of {what} goes on after <eos> ({tokens}): a hypothesis that produces <eos> is "
+                     "finished and must leave the beam.")
+        out.append((tokens, score))
+    if beam_size is not None:
+        checks.check(len(out) <= beam_size, f"{what} returned {len(out)} hypotheses; beam_size is {beam_size}.")
+    scores = [s for _, s in out]
+    checks.check(all(a >= b - 1e-9 for a, b in zip(scores, scores[1:])),
+                 f"{what} should be sorted best first (highest score first); the scores are {[round(s, 4) for s in scores]}.")
+    return out
+
+
+def random_state_dicts(k: int, seed: int = 0) -> list[dict]:
+    """``k`` state dicts of a small model with weights, a float64 buffer and an integer counter (seeded)."""
+    g = torch.Generator().manual_seed(seed)
+    out = []
+    for i in range(k):
+        out.append({
+            "embed.weight": torch.randn(6, 4, generator=g),
+            "layers.0.linear.weight": torch.randn(4, 4, generator=g),
+            "layers.0.linear.bias": torch.randn(4, generator=g),
+            "norm.weight": 1 + 0.1 * torch.randn(4, generator=g),
+            "norm.running_mean": torch.randn(4, generator=g, dtype=torch.float64),
+            "norm.num_batches_tracked": torch.tensor(100 * (i + 1)),
+        })
+    return out
+
+
+# -- the decoder block and the model ---------------------------------------------------------------------
+
+BLOCK_SHORTCUTS = ("TransformerDecoderLayer", "TransformerDecoder", "to_torch_decoder_layer", "to_torch_transformer")
+MODEL_SHORTCUTS = ("Transformer", "TransformerDecoderLayer", "TransformerDecoder", "to_torch_decoder_layer",
+                   "to_torch_transformer")
+WHY_BLOCK = "wire the decoder block yourself (self_attn, cross_attn, the feed-forward network, norm1-3, the residuals)"
+WHY_MODEL = ("build the decoder stack from your DecoderBlock (PyTorch's encoder layer is fine: lesson 07 proved it "
+             "equal to yours)")
+
+
+def randomise_norms(block, generator: torch.Generator, names=("norm1", "norm2", "norm3"), what="your DecoderBlock"):
+    """Give the block's norms different random gammas and betas (so that swapping two norms shows), via set_params."""
+    state = checks.call(block.state_dict, what=f"{what}.state_dict")
+    values = {}
+    for name in names:
+        for part, base in (("weight", 1.0), ("bias", 0.0)):
+            key = f"{name}.{part}"
+            checks.check(key in state, f"{what} has no parameter {key!r}: name the norms {', '.join(names)} "
+                                       "(nn.LayerNorm(d_model), with parameters weight and bias).")
+            values[key] = base + 0.3 * torch.randn(state[key].shape, generator=generator)
+    checks.set_params(block, values, what)
+    return block
+
+
+def make_decoder_block(cls, d_model, n_heads, d_ff, *, norm_first, generator, dropout=0.0):
+    """A fresh ``cls(d_model, n_heads, d_ff, dropout=..., norm_first=...)`` in eval mode, with random norms."""
+    block = checks.call(cls, d_model, n_heads, d_ff, dropout=dropout, norm_first=norm_first,
+                        what="DecoderBlock.__init__").eval()
+    return randomise_norms(block, generator)
+
+
+def check_decoder_block(cls, block, args, want, what, *, norm_first, hint=""):
+    """The learner's ``block(*args)`` (PyTorch's ready-made decoder layer forbidden) equals ``want`` (atol 1e-5)."""
+    with checks.forbid(cls, *BLOCK_SHORTCUTS, why=WHY_BLOCK):
+        out = checks.call(block, *args, what="DecoderBlock.forward")
+    layout = ("pre-norm: x = x + self_attn(norm1(x)); x = x + cross_attn(norm2(x), memory); x = x + ff(norm3(x))."
+              if norm_first else
+              "post-norm: x = norm1(x + self_attn(x)); x = norm2(x + cross_attn(x, memory)); x = norm3(x + ff(x)).")
+    checks.check_close(out, want, what, atol=1e-5, hint=hint or (layout + " In the cross-attention the queries come "
+                                                                 "from x, the keys and values from memory."))
+
+
+def call_model(cls, model, *args, what="Transformer.forward", method=None):
+    """Call the learner's model (or one of its methods) with PyTorch's ready-made decoder forbidden."""
+    fn = model if method is None else getattr(model, method)
+    with checks.forbid(cls, *MODEL_SHORTCUTS, why=WHY_MODEL):
+        return checks.call(fn, *args, what=what)

@@ -1,0 +1,606 @@
+"""Planted-bug submissions and correct alternative styles for lesson 08 (the Transformer).
+
+Each variant replaces whole solution cells (by grade_id) of the reference solution; ``must_fail``
+lists the test cells (by grade_id) that must lose points. An empty ``must_fail`` marks a correct
+solution in another style, which must keep full marks.
+"""
+
+LESSON = "08_transformer"
+
+DECODER_SELF_ATTENTION_NOT_CAUSAL__DECODERBLOCK = '''
+class DecoderBlock(nn.Module):
+
+    def __init__(self, d_model, n_heads, d_ff, dropout=0.0, norm_first=False):
+        super().__init__()
+        self.norm_first = norm_first
+        self.self_attn = nn.MultiheadAttention(d_model, n_heads, dropout=dropout, batch_first=True)
+        self.cross_attn = nn.MultiheadAttention(d_model, n_heads, dropout=dropout, batch_first=True)
+        self.linear1 = nn.Linear(d_model, d_ff)
+        self.linear2 = nn.Linear(d_ff, d_model)
+        self.dropout = nn.Dropout(dropout)                     # inside the feed-forward network
+        self.norm1 = nn.LayerNorm(d_model)
+        self.norm2 = nn.LayerNorm(d_model)
+        self.norm3 = nn.LayerNorm(d_model)
+        self.dropout1 = nn.Dropout(dropout)
+        self.dropout2 = nn.Dropout(dropout)
+        self.dropout3 = nn.Dropout(dropout)
+
+    def forward(self, x, memory, tgt_mask=None, memory_mask=None):
+        B, T, D = x.shape
+        S = memory.shape[1]
+        H = self.self_attn.num_heads
+
+        def torch_mask(mask, T_k):                             # ours (True = allowed) -> PyTorch's attn_mask
+            mask = masks.attention_mask(mask, B=B, H=H, T_q=T, T_k=T_k)     # None or 4-D; 3-D raises
+            return None if mask is None else to_torch_attn_mask(mask, batch_size=B, n_heads=H, tgt_len=T, src_len=T_k)
+
+        self_mask, cross_mask = torch_mask(tgt_mask, T), torch_mask(memory_mask, S)
+
+        def self_block(h):                                     # Q, K, V all from the target side
+            return self.dropout1(self.self_attn(h, h, h, need_weights=False)[0])
+
+        def cross_block(h):                                    # Q from the target side, K and V from the memory
+            return self.dropout2(self.cross_attn(h, memory, memory, attn_mask=cross_mask, need_weights=False)[0])
+
+        def ff_block(h):
+            return self.dropout3(self.linear2(self.dropout(F.relu(self.linear1(h)))))
+
+        if self.norm_first:                                    # pre-norm: x + f(LN(x))
+            x = x + self_block(self.norm1(x))
+            x = x + cross_block(self.norm2(x))
+            x = x + ff_block(self.norm3(x))
+        else:                                                  # post-norm: LN(x + f(x))
+            x = self.norm1(x + self_block(x))
+            x = self.norm2(x + cross_block(x))
+            x = self.norm3(x + ff_block(x))
+        return x
+'''
+
+CROSS_ATTENTION_Q_AND_KV_SWAPPED__DECODERBLOCK = '''
+class DecoderBlock(nn.Module):
+
+    def __init__(self, d_model, n_heads, d_ff, dropout=0.0, norm_first=False):
+        super().__init__()
+        self.norm_first = norm_first
+        self.self_attn = nn.MultiheadAttention(d_model, n_heads, dropout=dropout, batch_first=True)
+        self.cross_attn = nn.MultiheadAttention(d_model, n_heads, dropout=dropout, batch_first=True)
+        self.linear1 = nn.Linear(d_model, d_ff)
+        self.linear2 = nn.Linear(d_ff, d_model)
+        self.dropout = nn.Dropout(dropout)                     # inside the feed-forward network
+        self.norm1 = nn.LayerNorm(d_model)
+        self.norm2 = nn.LayerNorm(d_model)
+        self.norm3 = nn.LayerNorm(d_model)
+        self.dropout1 = nn.Dropout(dropout)
+        self.dropout2 = nn.Dropout(dropout)
+        self.dropout3 = nn.Dropout(dropout)
+
+    def forward(self, x, memory, tgt_mask=None, memory_mask=None):
+        B, T, D = x.shape
+        S = memory.shape[1]
+        H = self.self_attn.num_heads
+
+        def torch_mask(mask, T_k):                             # ours (True = allowed) -> PyTorch's attn_mask
+            mask = masks.attention_mask(mask, B=B, H=H, T_q=T, T_k=T_k)     # None or 4-D; 3-D raises
+            return None if mask is None else to_torch_attn_mask(mask, batch_size=B, n_heads=H, tgt_len=T, src_len=T_k)
+
+        self_mask, cross_mask = torch_mask(tgt_mask, T), torch_mask(memory_mask, S)
+
+        def self_block(h):                                     # Q, K, V all from the target side
+            return self.dropout1(self.self_attn(h, h, h, attn_mask=self_mask, need_weights=False)[0])
+
+        def cross_block(h):                                    # Q from the target side, K and V from the memory
+            return self.dropout2(self.cross_attn(memory, h, h, attn_mask=cross_mask, need_weights=False)[0])
+
+        def ff_block(h):
+            return self.dropout3(self.linear2(self.dropout(F.relu(self.linear1(h)))))
+
+        if self.norm_first:                                    # pre-norm: x + f(LN(x))
+            x = x + self_block(self.norm1(x))
+            x = x + cross_block(self.norm2(x))
+            x = x + ff_block(self.norm3(x))
+        else:                                                  # post-norm: LN(x + f(x))
+            x = self.norm1(x + self_block(x))
+            x = self.norm2(x + cross_block(x))
+            x = self.norm3(x + ff_block(x))
+        return x
+'''
+
+CROSS_ATTENTION_IGNORES_SOURCE_PADDING__DECODERBLOCK = '''
+class DecoderBlock(nn.Module):
+
+    def __init__(self, d_model, n_heads, d_ff, dropout=0.0, norm_first=False):
+        super().__init__()
+        self.norm_first = norm_first
+        self.self_attn = nn.MultiheadAttention(d_model, n_heads, dropout=dropout, batch_first=True)
+        self.cross_attn = nn.MultiheadAttention(d_model, n_heads, dropout=dropout, batch_first=True)
+        self.linear1 = nn.Linear(d_model, d_ff)
+        self.linear2 = nn.Linear(d_ff, d_model)
+        self.dropout = nn.Dropout(dropout)                     # inside the feed-forward network
+        self.norm1 = nn.LayerNorm(d_model)
+        self.norm2 = nn.LayerNorm(d_model)
+        self.norm3 = nn.LayerNorm(d_model)
+        self.dropout1 = nn.Dropout(dropout)
+        self.dropout2 = nn.Dropout(dropout)
+        self.dropout3 = nn.Dropout(dropout)
+
+    def forward(self, x, memory, tgt_mask=None, memory_mask=None):
+        B, T, D = x.shape
+        S = memory.shape[1]
+        H = self.self_attn.num_heads
+
+        def torch_mask(mask, T_k):                             # ours (True = allowed) -> PyTorch's attn_mask
+            mask = masks.attention_mask(mask, B=B, H=H, T_q=T, T_k=T_k)     # None or 4-D; 3-D raises
+            return None if mask is None else to_torch_attn_mask(mask, batch_size=B, n_heads=H, tgt_len=T, src_len=T_k)
+
+        self_mask, cross_mask = torch_mask(tgt_mask, T), torch_mask(memory_mask, S)
+
+        def self_block(h):                                     # Q, K, V all from the target side
+            return self.dropout1(self.self_attn(h, h, h, attn_mask=self_mask, need_weights=False)[0])
+
+        def cross_block(h):                                    # Q from the target side, K and V from the memory
+            return self.dropout2(self.cross_attn(h, memory, memory, need_weights=False)[0])
+
+        def ff_block(h):
+            return self.dropout3(self.linear2(self.dropout(F.relu(self.linear1(h)))))
+
+        if self.norm_first:                                    # pre-norm: x + f(LN(x))
+            x = x + self_block(self.norm1(x))
+            x = x + cross_block(self.norm2(x))
+            x = x + ff_block(self.norm3(x))
+        else:                                                  # post-norm: LN(x + f(x))
+            x = self.norm1(x + self_block(x))
+            x = self.norm2(x + cross_block(x))
+            x = self.norm3(x + ff_block(x))
+        return x
+'''
+
+DECODER_NORMS_IN_WRONG_ORDER__DECODERBLOCK = '''
+class DecoderBlock(nn.Module):
+
+    def __init__(self, d_model, n_heads, d_ff, dropout=0.0, norm_first=False):
+        super().__init__()
+        self.norm_first = norm_first
+        self.self_attn = nn.MultiheadAttention(d_model, n_heads, dropout=dropout, batch_first=True)
+        self.cross_attn = nn.MultiheadAttention(d_model, n_heads, dropout=dropout, batch_first=True)
+        self.linear1 = nn.Linear(d_model, d_ff)
+        self.linear2 = nn.Linear(d_ff, d_model)
+        self.dropout = nn.Dropout(dropout)                     # inside the feed-forward network
+        self.norm1 = nn.LayerNorm(d_model)
+        self.norm2 = nn.LayerNorm(d_model)
+        self.norm3 = nn.LayerNorm(d_model)
+        self.dropout1 = nn.Dropout(dropout)
+        self.dropout2 = nn.Dropout(dropout)
+        self.dropout3 = nn.Dropout(dropout)
+
+    def forward(self, x, memory, tgt_mask=None, memory_mask=None):
+        B, T, D = x.shape
+        S = memory.shape[1]
+        H = self.self_attn.num_heads
+
+        def torch_mask(mask, T_k):                             # ours (True = allowed) -> PyTorch's attn_mask
+            mask = masks.attention_mask(mask, B=B, H=H, T_q=T, T_k=T_k)     # None or 4-D; 3-D raises
+            return None if mask is None else to_torch_attn_mask(mask, batch_size=B, n_heads=H, tgt_len=T, src_len=T_k)
+
+        self_mask, cross_mask = torch_mask(tgt_mask, T), torch_mask(memory_mask, S)
+
+        def self_block(h):                                     # Q, K, V all from the target side
+            return self.dropout1(self.self_attn(h, h, h, attn_mask=self_mask, need_weights=False)[0])
+
+        def cross_block(h):                                    # Q from the target side, K and V from the memory
+            return self.dropout2(self.cross_attn(h, memory, memory, attn_mask=cross_mask, need_weights=False)[0])
+
+        def ff_block(h):
+            return self.dropout3(self.linear2(self.dropout(F.relu(self.linear1(h)))))
+
+        if self.norm_first:                                    # pre-norm: x + f(LN(x))
+            x = x + self_block(self.norm1(x))
+            x = x + cross_block(self.norm2(x))
+            x = x + ff_block(self.norm3(x))
+        else:                                                  # post-norm: LN(x + f(x))
+            x = self.norm1(x + self_block(x))
+            x = self.norm3(x + cross_block(x))
+            x = self.norm2(x + ff_block(x))
+        return x
+'''
+
+TRANSFORMER_WITHOUT_CAUSAL_MASK__TRANSFORMER = '''
+class Transformer(nn.Module):
+
+    def __init__(self, src_vocab, tgt_vocab, d_model=64, n_heads=4, d_ff=256, n_layers=2, dropout=0.0,
+                 norm_first=False, max_len=256, pad_id=0):
+        super().__init__()
+        self.d_model, self.pad_id, self.norm_first = d_model, pad_id, norm_first
+        self.src_embed = nn.Embedding(src_vocab, d_model)
+        self.tgt_embed = nn.Embedding(tgt_vocab, d_model)
+        for embed in (self.src_embed, self.tgt_embed):        # std D^-1/2: times sqrt(D) gives entries of size ~1
+            nn.init.normal_(embed.weight, std=d_model ** -0.5)
+        pos = torch.arange(max_len, dtype=torch.float64).unsqueeze(1)                       # (P, 1)
+        freqs = 10000.0 ** (-torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)   # (D/2,)
+        pe = torch.zeros(max_len, d_model, dtype=torch.float64)
+        pe[:, 0::2], pe[:, 1::2] = torch.sin(pos * freqs), torch.cos(pos * freqs)
+        self.register_buffer("pe", pe.float())                                             # (P, D)
+        self.dropout = nn.Dropout(dropout)
+        self.encoder_layers = nn.ModuleList([
+            nn.TransformerEncoderLayer(d_model, n_heads, d_ff, dropout, batch_first=True, norm_first=norm_first)
+            for _ in range(n_layers)])
+        self.decoder_layers = nn.ModuleList([DecoderBlock(d_model, n_heads, d_ff, dropout, norm_first=norm_first)
+                                             for _ in range(n_layers)])
+        self.encoder_norm = nn.LayerNorm(d_model) if norm_first else None
+        self.decoder_norm = nn.LayerNorm(d_model) if norm_first else None
+        self.generator = nn.Linear(d_model, tgt_vocab)
+
+    def encode(self, src, src_mask=None):
+        B, S = src.shape
+        x = self.dropout(self.src_embed(src) * math.sqrt(self.d_model) + self.pe[:S])      # (B, S, D)
+        padding = None if src_mask is None else masks.to_torch_key_padding(src_mask)       # True on PADDING
+        for layer in self.encoder_layers:
+            x = layer(x, src_key_padding_mask=padding)
+        return x if self.encoder_norm is None else self.encoder_norm(x)
+
+    def decode(self, tgt, memory, src_mask=None):
+        B, T = tgt.shape
+        y = self.dropout(self.tgt_embed(tgt) * math.sqrt(self.d_model) + self.pe[:T])      # (B, T, D)
+        causal = masks.causal(T, device=tgt.device)                                        # (T, T)
+        memory_mask = None if src_mask is None else masks.key_padding(src_mask)            # (B, 1, 1, S)
+        for layer in self.decoder_layers:
+            y = layer(y, memory, memory_mask=memory_mask)
+        if self.decoder_norm is not None:
+            y = self.decoder_norm(y)
+        return self.generator(y)                                                           # (B, T, V)
+
+    def forward(self, src, tgt, src_mask=None):
+        return self.decode(tgt, self.encode(src, src_mask), src_mask)
+'''
+
+TRANSFORMER_DECODER_IGNORES_SOURCE_PADDING__TRANSFORMER = '''
+class Transformer(nn.Module):
+
+    def __init__(self, src_vocab, tgt_vocab, d_model=64, n_heads=4, d_ff=256, n_layers=2, dropout=0.0,
+                 norm_first=False, max_len=256, pad_id=0):
+        super().__init__()
+        self.d_model, self.pad_id, self.norm_first = d_model, pad_id, norm_first
+        self.src_embed = nn.Embedding(src_vocab, d_model)
+        self.tgt_embed = nn.Embedding(tgt_vocab, d_model)
+        for embed in (self.src_embed, self.tgt_embed):        # std D^-1/2: times sqrt(D) gives entries of size ~1
+            nn.init.normal_(embed.weight, std=d_model ** -0.5)
+        pos = torch.arange(max_len, dtype=torch.float64).unsqueeze(1)                       # (P, 1)
+        freqs = 10000.0 ** (-torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)   # (D/2,)
+        pe = torch.zeros(max_len, d_model, dtype=torch.float64)
+        pe[:, 0::2], pe[:, 1::2] = torch.sin(pos * freqs), torch.cos(pos * freqs)
+        self.register_buffer("pe", pe.float())                                             # (P, D)
+        self.dropout = nn.Dropout(dropout)
+        self.encoder_layers = nn.ModuleList([
+            nn.TransformerEncoderLayer(d_model, n_heads, d_ff, dropout, batch_first=True, norm_first=norm_first)
+            for _ in range(n_layers)])
+        self.decoder_layers = nn.ModuleList([DecoderBlock(d_model, n_heads, d_ff, dropout, norm_first=norm_first)
+                                             for _ in range(n_layers)])
+        self.encoder_norm = nn.LayerNorm(d_model) if norm_first else None
+        self.decoder_norm = nn.LayerNorm(d_model) if norm_first else None
+        self.generator = nn.Linear(d_model, tgt_vocab)
+
+    def encode(self, src, src_mask=None):
+        B, S = src.shape
+        x = self.dropout(self.src_embed(src) * math.sqrt(self.d_model) + self.pe[:S])      # (B, S, D)
+        padding = None if src_mask is None else masks.to_torch_key_padding(src_mask)       # True on PADDING
+        for layer in self.encoder_layers:
+            x = layer(x, src_key_padding_mask=padding)
+        return x if self.encoder_norm is None else self.encoder_norm(x)
+
+    def decode(self, tgt, memory, src_mask=None):
+        B, T = tgt.shape
+        y = self.dropout(self.tgt_embed(tgt) * math.sqrt(self.d_model) + self.pe[:T])      # (B, T, D)
+        causal = masks.causal(T, device=tgt.device)                                        # (T, T)
+        memory_mask = None if src_mask is None else masks.key_padding(src_mask)            # (B, 1, 1, S)
+        for layer in self.decoder_layers:
+            y = layer(y, memory, tgt_mask=causal)
+        if self.decoder_norm is not None:
+            y = self.decoder_norm(y)
+        return self.generator(y)                                                           # (B, T, V)
+
+    def forward(self, src, tgt, src_mask=None):
+        return self.decode(tgt, self.encode(src, src_mask), src_mask)
+'''
+
+TRANSFORMER_EMBEDDINGS_NOT_SCALED__TRANSFORMER = '''
+class Transformer(nn.Module):
+
+    def __init__(self, src_vocab, tgt_vocab, d_model=64, n_heads=4, d_ff=256, n_layers=2, dropout=0.0,
+                 norm_first=False, max_len=256, pad_id=0):
+        super().__init__()
+        self.d_model, self.pad_id, self.norm_first = d_model, pad_id, norm_first
+        self.src_embed = nn.Embedding(src_vocab, d_model)
+        self.tgt_embed = nn.Embedding(tgt_vocab, d_model)
+        for embed in (self.src_embed, self.tgt_embed):        # std D^-1/2: times sqrt(D) gives entries of size ~1
+            nn.init.normal_(embed.weight, std=d_model ** -0.5)
+        pos = torch.arange(max_len, dtype=torch.float64).unsqueeze(1)                       # (P, 1)
+        freqs = 10000.0 ** (-torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)   # (D/2,)
+        pe = torch.zeros(max_len, d_model, dtype=torch.float64)
+        pe[:, 0::2], pe[:, 1::2] = torch.sin(pos * freqs), torch.cos(pos * freqs)
+        self.register_buffer("pe", pe.float())                                             # (P, D)
+        self.dropout = nn.Dropout(dropout)
+        self.encoder_layers = nn.ModuleList([
+            nn.TransformerEncoderLayer(d_model, n_heads, d_ff, dropout, batch_first=True, norm_first=norm_first)
+            for _ in range(n_layers)])
+        self.decoder_layers = nn.ModuleList([DecoderBlock(d_model, n_heads, d_ff, dropout, norm_first=norm_first)
+                                             for _ in range(n_layers)])
+        self.encoder_norm = nn.LayerNorm(d_model) if norm_first else None
+        self.decoder_norm = nn.LayerNorm(d_model) if norm_first else None
+        self.generator = nn.Linear(d_model, tgt_vocab)
+
+    def encode(self, src, src_mask=None):
+        B, S = src.shape
+        x = self.dropout(self.src_embed(src) + self.pe[:S])      # (B, S, D)
+        padding = None if src_mask is None else masks.to_torch_key_padding(src_mask)       # True on PADDING
+        for layer in self.encoder_layers:
+            x = layer(x, src_key_padding_mask=padding)
+        return x if self.encoder_norm is None else self.encoder_norm(x)
+
+    def decode(self, tgt, memory, src_mask=None):
+        B, T = tgt.shape
+        y = self.dropout(self.tgt_embed(tgt) + self.pe[:T])      # (B, T, D)
+        causal = masks.causal(T, device=tgt.device)                                        # (T, T)
+        memory_mask = None if src_mask is None else masks.key_padding(src_mask)            # (B, 1, 1, S)
+        for layer in self.decoder_layers:
+            y = layer(y, memory, tgt_mask=causal, memory_mask=memory_mask)
+        if self.decoder_norm is not None:
+            y = self.decoder_norm(y)
+        return self.generator(y)                                                           # (B, T, V)
+
+    def forward(self, src, tgt, src_mask=None):
+        return self.decode(tgt, self.encode(src, src_mask), src_mask)
+'''
+
+LOSS_TARGETS_NOT_SHIFTED__TRANSLATION_LOSS = '''
+def translation_loss(model, src, tgt, pad_id=0):
+    src_mask = src != pad_id                                              # (B, S) True on real tokens
+    logits = model(src, tgt[:, :-1], src_mask)                            # (B, T, V): reads <bos> y_1 .. y_n
+    targets = tgt[:, :-1]                                                  # (B, T): must predict y_1 .. <eos>
+    return F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=pad_id)
+'''
+
+LOSS_COUNTS_PADDING__TRANSLATION_LOSS = '''
+def translation_loss(model, src, tgt, pad_id=0):
+    src_mask = src != pad_id                                              # (B, S) True on real tokens
+    logits = model(src, tgt[:, :-1], src_mask)                            # (B, T, V): reads <bos> y_1 .. y_n
+    targets = tgt[:, 1:]                                                  # (B, T): must predict y_1 .. <eos>
+    return F.cross_entropy(logits.flatten(0, 1), targets.flatten())
+'''
+
+GREEDY_IGNORES_SOURCE_PADDING__GREEDY_DECODE = '''
+@torch.no_grad()
+def greedy_decode(model, src, max_len, bos_id, eos_id):
+    src_mask = src != model.pad_id                                           # (B, S) True on real tokens
+    memory = model.encode(src)                                     # (B, S, D): encode once
+    B = src.shape[0]
+    ys = torch.full((B, 1), bos_id, dtype=torch.long, device=src.device)     # (B, 1): <bos>
+    done = torch.zeros(B, dtype=torch.bool, device=src.device)
+    for _ in range(max_len):
+        logits = model.decode(ys, memory)[:, -1]                   # (B, V): the last position
+        nxt = logits.argmax(dim=-1)                                          # (B,)
+        nxt = torch.where(done, torch.full_like(nxt, model.pad_id), nxt)     # finished rows get padding
+        ys = torch.cat([ys, nxt[:, None]], dim=1)                            # (B, t + 1)
+        done = done | (nxt == eos_id)
+        if bool(done.all()):
+            break
+    return ys[:, 1:]
+'''
+
+BEAM_DOES_NOT_FINISH_AT_EOS__BEAM_SEARCH = '''
+@torch.no_grad()
+def beam_search(model, src, beam_size, max_len, bos_id, eos_id, length_penalty=0.6):
+    src = src.reshape(1, -1)                                                  # (1, S)
+    src_mask = src != model.pad_id
+    memory = model.encode(src, src_mask)                                      # (1, S, D)
+    lp = lambda n: ((5 + n) / 6) ** length_penalty
+    live = torch.full((1, 1), bos_id, dtype=torch.long, device=src.device)   # (k_live, t + 1): prefixes with <bos>
+    live_logp = torch.zeros(1, device=src.device)                             # (k_live,): log P of each prefix
+    finished = []                                                             # (tokens, score)
+    for step in range(1, max_len + 1):
+        n = live.shape[0]
+        logits = model.decode(live, memory.expand(n, -1, -1), src_mask.expand(n, -1))[:, -1]   # (n, V)
+        cand = (live_logp[:, None] + F.log_softmax(logits.float(), dim=-1)).flatten()         # (n * V,)
+        top, idx = cand.topk(min(len(cand), beam_size - len(finished)))      # the best extensions
+        V = logits.shape[-1]
+        prefix, token = idx // V, idx % V
+        keep = []
+        for logp, p, tok in zip(top.tolist(), prefix.tolist(), token.tolist()):
+            tokens = live[p, 1:].tolist() + [tok]
+            if step == max_len:                             # finished: leaves the beam
+                finished.append((tokens, logp / lp(len(tokens))))
+            else:
+                keep.append((p, tok, logp))
+        if not keep or len(finished) >= beam_size:
+            break
+        rows = torch.tensor([p for p, _, _ in keep], device=src.device)
+        toks = torch.tensor([[t] for _, t, _ in keep], device=src.device)
+        live = torch.cat([live[rows], toks], dim=1)                          # (k_live, t + 2)
+        live_logp = torch.tensor([l for _, _, l in keep], device=src.device)
+    return sorted(finished, key=lambda h: -h[1])[:beam_size]
+'''
+
+BEAM_LENGTH_PENALTY_MULTIPLIES__BEAM_SEARCH = '''
+@torch.no_grad()
+def beam_search(model, src, beam_size, max_len, bos_id, eos_id, length_penalty=0.6):
+    src = src.reshape(1, -1)                                                  # (1, S)
+    src_mask = src != model.pad_id
+    memory = model.encode(src, src_mask)                                      # (1, S, D)
+    lp = lambda n: ((5 + n) / 6) ** length_penalty
+    live = torch.full((1, 1), bos_id, dtype=torch.long, device=src.device)   # (k_live, t + 1): prefixes with <bos>
+    live_logp = torch.zeros(1, device=src.device)                             # (k_live,): log P of each prefix
+    finished = []                                                             # (tokens, score)
+    for step in range(1, max_len + 1):
+        n = live.shape[0]
+        logits = model.decode(live, memory.expand(n, -1, -1), src_mask.expand(n, -1))[:, -1]   # (n, V)
+        cand = (live_logp[:, None] + F.log_softmax(logits.float(), dim=-1)).flatten()         # (n * V,)
+        top, idx = cand.topk(min(len(cand), beam_size - len(finished)))      # the best extensions
+        V = logits.shape[-1]
+        prefix, token = idx // V, idx % V
+        keep = []
+        for logp, p, tok in zip(top.tolist(), prefix.tolist(), token.tolist()):
+            tokens = live[p, 1:].tolist() + [tok]
+            if tok == eos_id or step == max_len:                             # finished: leaves the beam
+                finished.append((tokens, logp * lp(len(tokens))))
+            else:
+                keep.append((p, tok, logp))
+        if not keep or len(finished) >= beam_size:
+            break
+        rows = torch.tensor([p for p, _, _ in keep], device=src.device)
+        toks = torch.tensor([[t] for _, t, _ in keep], device=src.device)
+        live = torch.cat([live[rows], toks], dim=1)                          # (k_live, t + 2)
+        live_logp = torch.tensor([l for _, _, l in keep], device=src.device)
+    return sorted(finished, key=lambda h: -h[1])[:beam_size]
+'''
+
+AVERAGE_ONLY_WEIGHTS__AVERAGE_CHECKPOINTS = '''
+def average_checkpoints(state_dicts):
+    out = dict(state_dicts[-1])
+    for key in out:
+        if key.endswith("weight"):                        # forgets biases and buffers
+            out[key] = sum(sd[key] for sd in state_dicts) / len(state_dicts)
+    return out
+'''
+
+AVERAGE_SUMS__AVERAGE_CHECKPOINTS = '''
+def average_checkpoints(state_dicts):
+    out = {}
+    for key, last in state_dicts[-1].items():
+        if torch.is_floating_point(last):
+            out[key] = torch.stack([sd[key] for sd in state_dicts]).sum(dim=0)     # the sum, not the mean
+        else:
+            out[key] = last.clone()
+    return out
+'''
+
+DECODER_HAND_WRITTEN_ATTENTION_STYLE__DECODERBLOCK = '''
+class HeadsAttention(nn.Module):
+    """Multi-head attention written out (lesson 06 style): w_q, w_k, w_v, w_o; masks True = allowed."""
+
+    def __init__(self, d_model, n_heads, dropout=0.0):
+        super().__init__()
+        self.num_heads, self.d_head = n_heads, d_model // n_heads
+        self.w_q, self.w_k = nn.Linear(d_model, d_model), nn.Linear(d_model, d_model)
+        self.w_v, self.w_o = nn.Linear(d_model, d_model), nn.Linear(d_model, d_model)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, q, k, v, mask=None):
+        B, Tq, D = q.shape
+        Tk = k.shape[1]
+        split = lambda t, T: t.view(B, T, self.num_heads, self.d_head).transpose(1, 2)
+        q, k, v = split(self.w_q(q), Tq), split(self.w_k(k), Tk), split(self.w_v(v), Tk)
+        scores = torch.einsum("bhqd,bhkd->bhqk", q, k) / math.sqrt(self.d_head)
+        if mask is not None:
+            scores = scores.masked_fill(~mask, float("-inf"))
+        weights = self.dropout(torch.softmax(scores, dim=-1))
+        out = torch.einsum("bhqk,bhkd->bhqd", weights, v).transpose(1, 2).reshape(B, Tq, D)
+        return self.w_o(out)
+
+
+class DecoderBlock(nn.Module):
+    def __init__(self, d_model, n_heads, d_ff, dropout=0.0, norm_first=False):
+        super().__init__()
+        self.norm_first = norm_first
+        self.self_attn = HeadsAttention(d_model, n_heads, dropout)
+        self.cross_attn = HeadsAttention(d_model, n_heads, dropout)
+        self.linear1, self.linear2 = nn.Linear(d_model, d_ff), nn.Linear(d_ff, d_model)
+        self.norm1, self.norm2, self.norm3 = nn.LayerNorm(d_model), nn.LayerNorm(d_model), nn.LayerNorm(d_model)
+        self.dropout1, self.dropout2, self.dropout3 = nn.Dropout(dropout), nn.Dropout(dropout), nn.Dropout(dropout)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x, memory, tgt_mask=None, memory_mask=None):
+        B, T, _ = x.shape
+        S, H = memory.shape[1], self.self_attn.num_heads
+        tgt_mask = masks.attention_mask(tgt_mask, B=B, H=H, T_q=T, T_k=T)
+        memory_mask = masks.attention_mask(memory_mask, B=B, H=H, T_q=T, T_k=S)
+        sa = lambda h: self.dropout1(self.self_attn(h, h, h, tgt_mask))
+        ca = lambda h: self.dropout2(self.cross_attn(h, memory, memory, memory_mask))
+        ff = lambda h: self.dropout3(self.linear2(self.dropout(torch.relu(self.linear1(h)))))
+        for f, norm in ((sa, self.norm1), (ca, self.norm2), (ff, self.norm3)):
+            x = x + f(norm(x)) if self.norm_first else norm(x + f(x))
+        return x
+'''
+
+GREEDY_ONE_SENTENCE_AT_A_TIME_STYLE__GREEDY_DECODE = '''
+@torch.no_grad()
+def greedy_decode(model, src, max_len, bos_id, eos_id):
+    rows = []
+    for sentence in src:
+        sentence = sentence[sentence != model.pad_id][None]              # (1, S) without padding
+        memory = model.encode(sentence, torch.ones_like(sentence, dtype=torch.bool))
+        ys = [bos_id]
+        while len(ys) <= max_len and ys[-1] != eos_id:
+            logits = model.decode(torch.tensor([ys]), memory, torch.ones_like(sentence, dtype=torch.bool))
+            ys.append(int(logits[0, -1].argmax()))
+        rows.append(ys[1:])
+    width = max(len(r) for r in rows)
+    return torch.tensor([r + [model.pad_id] * (width - len(r)) for r in rows])
+'''
+
+BEAM_HEAP_LOOP_STYLE__BEAM_SEARCH = '''
+import heapq
+
+
+@torch.no_grad()
+def beam_search(model, src, beam_size, max_len, bos_id, eos_id, length_penalty=0.6):
+    src = src.view(1, -1)
+    mask = src != model.pad_id
+    memory = model.encode(src, mask)
+    beam, finished = [(0.0, [])], []
+    for step in range(max_len):
+        candidates = []
+        for logp, tokens in beam:
+            logits = model.decode(torch.tensor([[bos_id] + tokens]), memory, mask)[0, -1]
+            for tok, lp in enumerate(torch.log_softmax(logits, -1).tolist()):
+                candidates.append((logp + lp, tokens + [tok]))
+        beam = []
+        for logp, tokens in heapq.nlargest(beam_size - len(finished), candidates, key=lambda c: c[0]):
+            if tokens[-1] == eos_id or len(tokens) == max_len:
+                finished.append((tokens, logp / ((5 + len(tokens)) / 6) ** length_penalty))
+            else:
+                beam.append((logp, tokens))
+        if not beam:
+            break
+    finished.sort(key=lambda h: h[1], reverse=True)
+    return finished
+'''
+
+AVERAGE_LOOP_STYLE__AVERAGE_CHECKPOINTS = '''
+def average_checkpoints(state_dicts):
+    n = len(state_dicts)
+    out = {k: (v.clone() if not v.is_floating_point() else torch.zeros_like(v)) for k, v in state_dicts[-1].items()}
+    for sd in state_dicts:
+        for k, v in sd.items():
+            if v.is_floating_point():
+                out[k] += v / n
+    return out
+'''
+
+LOSS_FLATTEN_BY_MASK_STYLE__TRANSLATION_LOSS = '''
+def translation_loss(model, src, tgt, pad_id=0):
+    inputs, targets = tgt[:, :-1], tgt[:, 1:]
+    logp = torch.log_softmax(model(src, inputs, src != pad_id), dim=-1)           # (B, T, V)
+    picked = logp.gather(-1, targets.unsqueeze(-1)).squeeze(-1)                   # (B, T)
+    real = targets != pad_id
+    return -(picked * real).sum() / real.sum()
+'''
+
+VARIANTS = {
+    "decoder_self_attention_not_causal": {"replace": {"DecoderBlock": DECODER_SELF_ATTENTION_NOT_CAUSAL__DECODERBLOCK}, "must_fail": ['test_decoder_block_causal', 'test_decoder_block_matches_torch_post_norm', 'test_decoder_block_matches_torch_pre_norm']},
+    "cross_attention_q_and_kv_swapped": {"replace": {"DecoderBlock": CROSS_ATTENTION_Q_AND_KV_SWAPPED__DECODERBLOCK}, "must_fail": ['test_decoder_block_cross_attention', 'test_decoder_block_matches_torch_post_norm']},
+    "cross_attention_ignores_source_padding": {"replace": {"DecoderBlock": CROSS_ATTENTION_IGNORES_SOURCE_PADDING__DECODERBLOCK}, "must_fail": ['test_decoder_block_source_padding']},
+    "decoder_norms_in_wrong_order": {"replace": {"DecoderBlock": DECODER_NORMS_IN_WRONG_ORDER__DECODERBLOCK}, "must_fail": ['test_decoder_block_matches_torch_post_norm']},
+    "transformer_without_causal_mask": {"replace": {"Transformer": TRANSFORMER_WITHOUT_CAUSAL_MASK__TRANSFORMER}, "must_fail": ['test_transformer_causal', 'test_transformer_matches_torch']},
+    "transformer_decoder_ignores_source_padding": {"replace": {"Transformer": TRANSFORMER_DECODER_IGNORES_SOURCE_PADDING__TRANSFORMER}, "must_fail": ['test_transformer_source_padding', 'test_transformer_matches_torch']},
+    "transformer_embeddings_not_scaled": {"replace": {"Transformer": TRANSFORMER_EMBEDDINGS_NOT_SCALED__TRANSFORMER}, "must_fail": ['test_transformer_matches_torch']},
+    "loss_targets_not_shifted": {"replace": {"translation_loss": LOSS_TARGETS_NOT_SHIFTED__TRANSLATION_LOSS}, "must_fail": ['test_translation_loss_shift']},
+    "loss_counts_padding": {"replace": {"translation_loss": LOSS_COUNTS_PADDING__TRANSLATION_LOSS}, "must_fail": ['test_translation_loss_padding']},
+    "greedy_ignores_source_padding": {"replace": {"greedy_decode": GREEDY_IGNORES_SOURCE_PADDING__GREEDY_DECODE}, "must_fail": ['test_greedy_decode_batch']},
+    "beam_does_not_finish_at_eos": {"replace": {"beam_search": BEAM_DOES_NOT_FINISH_AT_EOS__BEAM_SEARCH}, "must_fail": ['test_beam_search_finishes_at_eos']},
+    "beam_length_penalty_multiplies": {"replace": {"beam_search": BEAM_LENGTH_PENALTY_MULTIPLIES__BEAM_SEARCH}, "must_fail": ['test_beam_search_length_penalty']},
+    "average_only_weights": {"replace": {"average_checkpoints": AVERAGE_ONLY_WEIGHTS__AVERAGE_CHECKPOINTS}, "must_fail": ['test_average_checkpoints_every_tensor', 'test_average_checkpoints_mean']},
+    "average_sums": {"replace": {"average_checkpoints": AVERAGE_SUMS__AVERAGE_CHECKPOINTS}, "must_fail": ['test_average_checkpoints_mean', 'test_average_checkpoints_every_tensor']},
+    "decoder_hand_written_attention_style": {"replace": {"DecoderBlock": DECODER_HAND_WRITTEN_ATTENTION_STYLE__DECODERBLOCK}, "must_fail": []},
+    "greedy_one_sentence_at_a_time_style": {"replace": {"greedy_decode": GREEDY_ONE_SENTENCE_AT_A_TIME_STYLE__GREEDY_DECODE}, "must_fail": []},
+    "beam_heap_loop_style": {"replace": {"beam_search": BEAM_HEAP_LOOP_STYLE__BEAM_SEARCH}, "must_fail": []},
+    "average_loop_style": {"replace": {"average_checkpoints": AVERAGE_LOOP_STYLE__AVERAGE_CHECKPOINTS}, "must_fail": []},
+    "loss_flatten_by_mask_style": {"replace": {"translation_loss": LOSS_FLATTEN_BY_MASK_STYLE__TRANSLATION_LOSS}, "must_fail": []},
+}
