@@ -300,7 +300,7 @@ def measure_scaling(methods: dict[str, Callable], lengths: Iterable[int], make_i
                     out, peak = peak_memory(lambda: fn(*inputs), device=device)
                     row["peak_bytes"] = float(peak)
                     del out
-                row["seconds"] = time_call(lambda: fn(*inputs), device=device, warmup=0 if memory else warmup,
+                row["seconds"] = time_call(lambda: fn(*inputs), device=device, warmup=warmup,
                                            repeat=repeat, max_seconds=time_limit)
             except Exception as exc:  # noqa: BLE001 - only out-of-memory is expected; re-raise the rest
                 if not is_out_of_memory(exc):
