@@ -2,8 +2,8 @@
 
 Each document is two sentences about one thing, with one opinion about it::
 
-    we watched the movie on friday and it was not boring .      <- sentence A
-    honestly the movie was brilliant .                           <- sentence B
+    we watched the movie at the cinema on friday and it was not boring .      <- sentence A
+    the plot of the movie was brilliant .                                      <- sentence B
 
 The documents are built so that both of BERT's pre-training tasks can be learned **from content**:
 
@@ -36,27 +36,38 @@ import torch
 from course.data import tweets
 
 __all__ = [
-    "PAD", "UNK", "CLS", "SEP", "MASK", "SPECIALS", "NOUNS", "HOMONYMS",
+    "PAD", "UNK", "CLS", "SEP", "MASK", "SPECIALS", "TOPICS", "PLACES", "NOUNS", "TOPIC_OF", "HOMONYMS",
     "generate", "make_vocab", "encode_pairs", "special_mask",
 ]
 
 PAD, UNK, CLS, SEP, MASK = 0, 1, 2, 3, 4
 SPECIALS = ("[CLS]", "[SEP]", "[MASK]")
 
-# noun -> the verbs that go with it (sentence A: "<subject> <verb> the <noun> <when>")
-NOUNS = {
-    "coffee": ("had", "made", "ordered"), "tea": ("had", "made", "ordered"),
-    "pizza": ("ate", "ordered", "made"), "dinner": ("had", "cooked", "skipped"),
-    "lunch": ("had", "ate", "skipped"), "bus": ("took", "missed", "caught"),
-    "train": ("took", "missed", "caught"), "flight": ("took", "missed", "booked"),
-    "hotel": ("booked", "found", "picked"), "movie": ("watched", "saw"),
-    "show": ("watched", "saw"), "song": ("heard", "played"),
-    "album": ("heard", "bought"), "book": ("read", "bought", "finished"),
-    "game": ("played", "watched", "won"), "match": ("played", "watched", "won"),
-    "phone": ("bought", "dropped", "fixed"), "laptop": ("bought", "fixed", "dropped"),
-    "app": ("tried", "installed", "used"), "meeting": ("had", "missed", "skipped"),
-    "class": ("had", "missed", "skipped"), "beach": ("visited", "found", "reached"),
+# topic -> (its nouns with the verbs that go with each, its "attribute" words)
+TOPICS = {
+    "food": ({"coffee": ("had", "made", "ordered"), "tea": ("had", "made", "ordered"),
+              "pizza": ("ate", "ordered", "made"), "dinner": ("had", "cooked", "skipped"),
+              "lunch": ("had", "ate", "skipped")}, ("taste", "price", "portion")),
+    "travel": ({"bus": ("took", "missed", "caught"), "train": ("took", "missed", "caught"),
+                "flight": ("took", "missed", "booked"), "hotel": ("booked", "found", "picked")},
+               ("seats", "staff", "delay")),
+    "media": ({"movie": ("watched", "saw"), "show": ("watched", "saw"), "song": ("heard", "played"),
+               "album": ("heard", "bought"), "book": ("read", "bought", "finished")}, ("plot", "ending", "music")),
+    "sport": ({"game": ("played", "watched", "won"), "match": ("played", "watched", "won")},
+              ("score", "crowd", "referee")),
+    "tech": ({"phone": ("bought", "dropped", "fixed"), "laptop": ("bought", "fixed", "dropped"),
+              "app": ("tried", "installed", "used")}, ("battery", "screen", "design")),
+    "work": ({"meeting": ("had", "missed", "skipped"), "class": ("had", "missed", "skipped")},
+             ("teacher", "slides", "topic")),
+    "outdoors": ({"beach": ("visited", "found", "reached"), "park": ("visited", "found", "reached")},
+                 ("view", "sand", "trees")),
 }
+PLACES = {"food": ("at the cafe", "in the kitchen"), "travel": ("at the station", "at the airport"),
+          "media": ("at the cinema", "at the library"), "sport": ("at the stadium", "at the gym"),
+          "tech": ("at the shop", "at the mall"), "work": ("at the office", "at the campus"),
+          "outdoors": ("at the coast", "in the garden")}
+NOUNS = {noun: verbs for nouns, _ in TOPICS.values() for noun, verbs in nouns.items()}
+TOPIC_OF = {noun: topic for topic, (nouns, _) in TOPICS.items() for noun in nouns}
 SUBJECTS = ("i", "we", "my mom", "my friends", "the team", "she", "he", "they")
 WHEN = ("today", "tonight", "on monday", "on friday", "this morning", "this weekend", "last week", "again")
 NEGATORS = tweets.NEGATORS
@@ -76,15 +87,16 @@ def _opinion(rng: random.Random, polarity: int, p_negate: float) -> list[str]:
 
 
 def _sentence_b(rng: random.Random, noun: str, opinion: list[str]) -> list[str]:
+    attribute = rng.choice(TOPICS[TOPIC_OF[noun]][1])
     r = rng.random()
-    if noun in _VERB_BOOK and r < 0.35:
-        return ["next", "time", "we", "book", "the", noun, "early", "it", "was"] + opinion + ["."]
-    if noun in _VERB_TRAIN and r < 0.35:
-        return ["the", "team", "will", "train", "for", "the", "next", noun, "it", "was"] + opinion + ["."]
+    if noun in _VERB_BOOK and r < 0.3:
+        return ["next", "time", "we", "book", "the", noun, "early", "the", attribute, "was"] + opinion + ["."]
+    if noun in _VERB_TRAIN and r < 0.3:
+        return ["the", "team", "will", "train", "for", "the", "next", noun, "the", attribute, "was"] + opinion + ["."]
     templates = (
-        ["the", noun, "was"] + opinion,
-        ["honestly", "the", noun, "was"] + opinion,
-        ["i", "think", "the", noun, "is"] + opinion,
+        ["the", attribute, "of", "the", noun, "was"] + opinion,
+        ["honestly", "the", noun, "and", "its", attribute, "were"] + opinion,
+        ["i", "think", "the", attribute, "of", "the", noun, "is"] + opinion,
         ["everyone", "said", "the", noun, "was"] + opinion,
     )
     return rng.choice(templates) + ["."]
@@ -108,7 +120,8 @@ def generate(n: int, *, seed: int = 0, p_opinion_a: float = 0.7, p_negate: float
     for _ in range(n):
         noun = rng.choice(nouns)
         polarity = rng.choice((1, -1))
-        a = rng.choice(SUBJECTS).split() + [rng.choice(NOUNS[noun]), "the", noun] + rng.choice(WHEN).split()
+        a = rng.choice(SUBJECTS).split() + [rng.choice(NOUNS[noun]), "the", noun]
+        a += rng.choice(PLACES[TOPIC_OF[noun]]).split() + rng.choice(WHEN).split()
         if rng.random() < p_opinion_a:
             a += ["and", "it", "was"] + _opinion(rng, polarity, p_negate)
         a.append(".")
@@ -122,7 +135,9 @@ def make_vocab() -> tweets.Vocab:
     words = list(SPECIALS) + list(tweets.FILLER) + list(tweets.POSITIVE) + list(tweets.NEGATIVE) + list(NEGATORS)
     words += sorted(NOUNS) + sorted({v for verbs in NOUNS.values() for v in verbs})
     words += [w for s in SUBJECTS + WHEN for w in s.split()]
-    words += "and it was . next time we book early the team will train for honestly i think is everyone said".split()
+    words += [w for _, attributes in TOPICS.values() for w in attributes]
+    words += [w for places in PLACES.values() for place in places for w in place.split()]
+    words += "and it was . next time we book early the team will train for honestly i think is everyone said of its were".split()
     vocab = tweets.Vocab(words)
     assert [vocab.stoi[s] for s in SPECIALS] == [CLS, SEP, MASK]
     return vocab
