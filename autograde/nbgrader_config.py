@@ -7,8 +7,12 @@ feedback/, gradebook.db) lives in that workspace, never in the repository.
 
 c = get_config()  # noqa: F821 - provided by traitlets when nbgrader loads this file
 
-# Student versions: the solution region becomes a stub that fails loudly and clearly.
-c.ClearSolutions.code_stub = {"python": "# YOUR CODE HERE\nraise NotImplementedError()"}
+# Student versions: the solution region becomes a stub that fails loudly and says, in words, what to do
+# (Run All on an untouched notebook stops at the first exercise with this sentence).
+c.ClearSolutions.code_stub = {
+    "python": '# YOUR CODE HERE\n'
+              'raise NotImplementedError("Write your solution here, replacing this line; then run the test cells below.")'
+}
 c.ClearSolutions.text_stub = "YOUR ANSWER HERE"
 c.ClearSolutions.enforce_metadata = True
 

@@ -11,11 +11,19 @@ import json
 import os
 import time
 
-__all__ = ["record"]
+__all__ = ["record", "Recorded"]
+
+
+class Recorded(float):
+    """The float ``record`` returns: a number like any other, except that a notebook cell ending with
+    ``metrics.record(...)`` shows only the ``[metric]`` line, not the value a second time."""
+
+    def _ipython_display_(self):    # IPython's display hook calls this instead of echoing the value
+        pass
 
 
 def record(name: str, value, *, unit: str = "", note: str = "") -> float:
-    """Print and store one metric of this run; returns the value as a float."""
+    """Print and store one metric of this run; returns the value as a float (usable in arithmetic)."""
     if hasattr(value, "item"):
         value = value.item()
     value = float(value)
@@ -25,4 +33,4 @@ def record(name: str, value, *, unit: str = "", note: str = "") -> float:
     if path:
         with open(path, "a", encoding="utf-8") as fh:
             fh.write(json.dumps({"name": name, "value": value, "unit": unit, "note": note, "time": time.time()}) + "\n")
-    return value
+    return Recorded(value)

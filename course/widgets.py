@@ -17,19 +17,27 @@ from course.config import grading
 __all__ = ["interact"]
 
 
-def interact(fn: Callable, **controls):
+def interact(fn: Callable, **controls) -> None:
     """``ipywidgets.interact(fn, **controls)``; headless, ``fn`` called once with each control's default.
 
-    Controls are ipywidgets objects (``FloatSlider``, ``Dropdown``…) or the shorthand tuples and
-    lists ``interact`` accepts.
+    Controls are ipywidgets objects (``FloatSlider``, ``Dropdown``, ``Text``…) or the shorthand tuples,
+    lists and strings ``interact`` accepts. A text box redraws when you press Enter (or leave it), not
+    at every keystroke: half-typed input never reaches ``fn``.
+
+    Returns None, so a cell ending with this call shows the widget and nothing else (ipywidgets'
+    own ``interact`` returns ``fn``, which a notebook would print as ``<function ...>``).
     """
     if not (grading() or os.environ.get("COURSE_HEADLESS")):
         try:
             import ipywidgets
-
-            return ipywidgets.interact(fn, **controls)
         except ImportError:  # pragma: no cover - ipywidgets is a dependency; be kind anyway
-            pass
+            ipywidgets = None
+        if ipywidgets is not None:
+            from IPython.display import display
+
+            controls = {name: _settled(ipywidgets, control) for name, control in controls.items()}
+            display(ipywidgets.interactive(fn, **controls))
+            return None
     defaults = {}
     for name, control in controls.items():
         if hasattr(control, "value"):
@@ -40,4 +48,19 @@ def interact(fn: Callable, **controls):
             defaults[name] = control[0]
         else:
             defaults[name] = control
-    return fn(**defaults)
+    fn(**defaults)
+    return None
+
+
+def _settled(ipywidgets, control):
+    """A text box that redraws on Enter: a plain string becomes ``Text(value, continuous_update=False)``.
+
+    With ipywidgets' default (a redraw at every keystroke), the first edit of lesson 05's text box
+    showed a blank white image or a half-drawn heatmap for a moment (caught in Chromium: the half-typed
+    sequence's redraw racing the next one), and a half-typed sequence is not what the learner means.
+    """
+    if isinstance(control, str):
+        return ipywidgets.Text(value=control, continuous_update=False)
+    if isinstance(control, ipywidgets.Text):
+        control.continuous_update = False
+    return control

@@ -19,6 +19,7 @@ from course.tools.workspace import tool_environment
 __all__ = ["TestOutcome", "check_notebook"]
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_UNIMPLEMENTED = re.compile(r"([A-Za-z_][\w.]*)(?:\([^()]*(?:\([^()]*\)[^()]*)*\))? is not implemented yet")
 
 
 @dataclass
@@ -48,7 +49,7 @@ def check_notebook(path: Path, *, timeout: int = 120) -> tuple[list[TestOutcome]
 
     Returns:
         (outcomes, unimplemented): one outcome per test cell, and the names of the exercises whose
-        stub (``raise NotImplementedError()``) a test ran into.
+        stub (``raise NotImplementedError(...)``) a test ran into.
     """
     from nbclient import NotebookClient
     from nbclient.exceptions import DeadKernelError
@@ -82,5 +83,6 @@ def check_notebook(path: Path, *, timeout: int = 120) -> tuple[list[TestOutcome]
             outcomes.append(TestOutcome(meta.get("grade_id", "?"), float(score or 0), float(max_score or 0),
                                         "" if score == max_score else _message(cell)))
     # checks.call() says "<name> is not implemented yet" when a test meets an untouched stub.
-    unimplemented = sorted({m.group(1) for o in outcomes for m in [re.search(r"(\w+) is not implemented yet", o.message)] if m})
+    # The name may carry the call that met it: "SelfAttention(12, 4) is not implemented yet".
+    unimplemented = sorted({m.group(1) for o in outcomes for m in [_UNIMPLEMENTED.search(o.message)] if m})
     return outcomes, unimplemented

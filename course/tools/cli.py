@@ -1,4 +1,4 @@
-"""The ``course`` command: run, release, check, grade, doctor, lab.
+"""The ``course`` command: run, release, check, grade, dist, doctor, lab, workshop.
 
 Every subcommand has ``--help``. Exit codes: 0 when everything passed, 1 when something needs a
 look (a lesson failed, a test failed, a submission could not be graded cleanly), 2 for bad usage.
@@ -89,17 +89,49 @@ def _cmd_doctor(args) -> int:
 
 
 def _cmd_lab(args) -> int:
-    from course.tools.lessons import root
-    from course.tools.workspace import tool_environment
+    from course.tools.lab import describe, lab_command
 
-    tool_environment()
-    cmd = [sys.executable, "-m", "jupyter", "lab", f"--notebook-dir={root() / 'notebooks'}"]
-    if hasattr(os, "geteuid") and os.geteuid() == 0 and "--allow-root" not in args.extra:
-        cmd.append("--allow-root")   # containers and workshop VMs often run as root
-    cmd += args.extra
-    print("Starting JupyterLab on the student notebooks:", " ".join(cmd))
-    os.execv(sys.executable, cmd)
+    if args.instructor:
+        print("Preparing the gradebook (every lesson of solutions/, with its points)...", flush=True)
+    cmd, env, serve = lab_command(instructor=args.instructor, notebook_dir=args.notebook_dir, extra=args.extra,
+                                  exchange=args.exchange, cid=args.course_id, grades=args.grades, port=args.port,
+                                  ip=args.ip, token=args.token, no_browser=args.no_browser)
+    who = "the instructor (solutions/ and the formgrader)" if args.instructor else "the student notebooks"
+    print(f"Starting JupyterLab for {who} in {serve}:\n  {describe(cmd)}", flush=True)
+    os.execve(sys.executable, cmd, env)
     return 0  # pragma: no cover
+
+
+def _cmd_workshop(args) -> int:
+    from course.tools import workshop
+
+    where = dict(grades=args.grades, exchange=args.exchange, cid=args.course_id)
+    if args.action == "release":
+        workshop.release(args.lessons, **where)
+    elif args.action == "collect":
+        workshop.collect(args.lessons, **where)
+    elif args.action == "grade":
+        from course.tools.grading import OK_STATUSES, summary_table
+
+        results = workshop.grade(args.lessons, timeout=args.timeout, jobs=args.jobs,
+                                 unsafe_no_sandbox=args.unsafe_no_sandbox, regrade=args.regrade, **where)
+        print()
+        print(summary_table(results))
+        return 0 if all(r.status in OK_STATUSES for r in results) else 1
+    elif args.action == "return":
+        workshop.give_back(args.lessons, **where)
+    else:
+        workshop.status(**where)
+    return 0
+
+
+def _where(p) -> None:
+    """The options that say where a workshop's files travel (shared by lab and workshop)."""
+    p.add_argument("--exchange", default=None,
+                   help="nbgrader exchange folder (default: $COURSE_EXCHANGE, else .state/exchange in the checkout)")
+    p.add_argument("--course-id", default=None, help="nbgrader course id (default: $COURSE_ID, else attention-course)")
+    p.add_argument("--grades", default=None,
+                   help="grading workspace with the gradebook (default: $COURSE_GRADES, else autograde/workspace)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -158,11 +190,37 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Print versions, the device (CUDA name and memory), and check the kernel and extensions.")
     d.set_defaults(func=_cmd_doctor)
 
-    lab = sub.add_parser("lab", help="start JupyterLab on the student notebooks",
-                         description="Start JupyterLab (nbgrader and ipywidgets extensions) in notebooks/. "
-                                     "Other options (--port, --no-browser, ...) go to jupyter lab.")
+    lab = sub.add_parser("lab", help="start JupyterLab for a learner (notebooks/) or an instructor (--instructor)",
+                         description="Start JupyterLab set up for the course: nbgrader knows the course id and the exchange "
+                                     "(Assignment List), the Validate button works; --instructor opens the repository "
+                                     "(solutions/ included) with the formgrader on the grading workspace. Other options "
+                                     "(e.g. --ServerApp.base_url=...) go to jupyter lab unchanged.")
+    lab.add_argument("--instructor", action="store_true",
+                     help="open the repository with solutions/ and the formgrader (every lesson, with its points)")
+    lab.add_argument("--notebook-dir", "--root-dir", dest="notebook_dir", default=None,
+                     help="folder to serve (default: notebooks/, or the repository with --instructor)")
+    lab.add_argument("--port", type=int, default=None, help="port (default: Jupyter's, 8888 or the next free one)")
+    lab.add_argument("--ip", default=None, help="address to listen on, e.g. 0.0.0.0 on a remote machine")
+    lab.add_argument("--token", default=None, help="login token ('' for none: only on a machine you trust)")
+    lab.add_argument("--no-browser", action="store_true", help="do not open a browser (remote machines)")
+    _where(lab)
     lab.set_defaults(extra=[])
     lab.set_defaults(func=_cmd_lab)
+
+    ws = sub.add_parser("workshop", help="release lessons to a room, collect, grade and return feedback (nbgrader exchange)",
+                        description="A workshop on one machine or one JupyterHub: release lessons to nbgrader's exchange, "
+                                    "learners fetch and submit them from the Assignment List, collect the submissions, "
+                                    "grade them with `course grade` and return the feedback pages they fetch.")
+    ws.add_argument("action", choices=["release", "collect", "grade", "return", "status"],
+                    help="release: lessons to the exchange; collect: submissions into GRADES/submitted; grade: course "
+                         "grade them into GRADES; return: feedback to the exchange; status: where everything is")
+    ws.add_argument("lessons", nargs="*", metavar="LESSON", help="lesson ids or prefixes (default: all)")
+    _where(ws)
+    ws.add_argument("--timeout", type=int, default=60, help="grade: seconds one cell may run (default 60)")
+    ws.add_argument("--jobs", "-j", type=int, default=None, help="grade: submissions graded at a time (default: CPU cores)")
+    ws.add_argument("--regrade", action="store_true", help="grade: grade again submissions already graded")
+    ws.add_argument("--unsafe-no-sandbox", action="store_true", help="grade: run submissions WITHOUT the sandbox")
+    ws.set_defaults(func=_cmd_workshop)
     return p
 
 

@@ -25,6 +25,8 @@ load_subconfig({base!r})
 c.CourseDirectory.root = {root!r}
 c.CourseDirectory.db_url = {db!r}
 c.Execute.timeout = {timeout}
+c.CourseDirectory.course_id = {course_id!r}
+c.Exchange.root = {exchange!r}
 '''
 
 
@@ -39,11 +41,30 @@ def tool_environment() -> None:
 class Workspace:
     """An nbgrader course root at ``path`` whose ``source/`` mirrors the course's ``solutions/``."""
 
-    def __init__(self, path: Path, *, timeout: int = 60):
+    def __init__(self, path: Path, *, timeout: int = 60, exchange: Path | None = None, course_id: str | None = None):
         self.path = Path(path).resolve()
         self.timeout = int(timeout)
         self.db_path = self.path / "gradebook.db"
         self.db_url = f"sqlite:///{self.db_path}"
+        # The course id and exchange (workshops: release, collect, feedback). Given, else what this
+        # workspace was last prepared with (so `course grade` keeps a workshop's settings), else
+        # $COURSE_EXCHANGE / $COURSE_ID or the defaults of `course lab`.
+        from course.tools import lab
+
+        saved = self._settings()
+        self.exchange = Path(exchange).resolve() if exchange else (
+            lab.exchange_root() if os.environ.get("COURSE_EXCHANGE") or "exchange" not in saved
+            else Path(saved["exchange"]))
+        self.course_id = course_id or (lab.course_id() if os.environ.get("COURSE_ID") or "course_id" not in saved
+                                       else saved["course_id"])
+
+    def _settings(self) -> dict:
+        import json
+
+        try:
+            return json.loads((self.path / ".course-settings.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return {}
 
     def prepare(self, lesson_ids: list[str]) -> "Workspace":
         """Create the folder, its nbgrader_config.py, and a fresh ``source/<id>/`` per lesson."""
@@ -51,8 +72,13 @@ class Workspace:
         self.path.mkdir(parents=True, exist_ok=True)
         base = course_root() / "autograde" / "nbgrader_config.py"
         (self.path / "nbgrader_config.py").write_text(
-            CONFIG_TEMPLATE.format(base=str(base), root=str(self.path), db=self.db_url, timeout=self.timeout),
+            CONFIG_TEMPLATE.format(base=str(base), root=str(self.path), db=self.db_url, timeout=self.timeout,
+                                   course_id=self.course_id, exchange=str(self.exchange)),
             encoding="utf-8")
+        import json
+
+        (self.path / ".course-settings.json").write_text(
+            json.dumps({"course_id": self.course_id, "exchange": str(self.exchange)}, indent=1) + "\n", encoding="utf-8")
         for lesson_id in lesson_ids:
             src = course_root() / "solutions" / lesson_id
             dst = self.path / "source" / lesson_id

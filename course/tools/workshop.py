@@ -1,0 +1,126 @@
+"""``course workshop``: hand lessons out to a room and take them back, with nbgrader's own exchange.
+
+The cycle, host and learners on one machine (or one JupyterHub) sharing an exchange folder::
+
+    host     course workshop release 00 01        lessons go to the exchange (nbgrader release_assignment)
+    learner  Assignment List: Fetch, work, Submit  (or `nbgrader fetch_assignment` / `nbgrader submit`)
+    host     course workshop collect              submissions land in GRADES/submitted/ (nbgrader collect)
+    host     course workshop grade                `course grade GRADES/submitted --out GRADES` (sandboxed)
+    host     course workshop return               feedback goes to the exchange (nbgrader release_feedback)
+    learner  Assignment List: Fetch Feedback      (or `nbgrader fetch_feedback`)
+
+GRADES is the one grading workspace (``autograde/workspace`` unless ``--grades`` or ``$COURSE_GRADES``
+say otherwise): its gradebook is the one the instructor lab's formgrader shows. The exchange is
+``.state/exchange`` in the checkout unless ``--exchange`` or ``$COURSE_EXCHANGE`` say otherwise; the
+course id is ``attention-course`` unless ``--course-id`` or ``$COURSE_ID`` say otherwise. Learners
+must use the same exchange and course id (``course lab --exchange ... --course-id ...``).
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from course.tools import lab
+from course.tools.lessons import all_lessons, resolve
+from course.tools.workspace import quiet_logs
+
+__all__ = ["release", "collect", "grade", "give_back", "status"]
+
+
+def _workspace(grades=None, exchange=None, cid=None, lessons=None):
+    exchange_path = lab.ensure_exchange(lab.exchange_root(exchange))
+    return lab.prepare_gradebook(lab.grades_dir(grades), exchange_path, lab.course_id(cid), lessons)
+
+
+def _run(ws, what: str, *args) -> None:
+    with quiet_logs():
+        result = getattr(ws.api(), what)(*args)
+    if not result or not result.get("success"):
+        log = (result or {}).get("error") or (result or {}).get("log") or "no log"
+        raise SystemExit(f"course workshop: nbgrader {what} {' '.join(map(str, args))} failed:\n{log}")
+
+
+def release(lesson_names, *, grades=None, exchange=None, cid=None) -> list[str]:
+    """Release lessons (all when none named) to the exchange; releasing again replaces them."""
+    lessons = resolve(lesson_names or None)
+    ws = _workspace(grades, exchange, cid, lessons)
+    for l in lessons:
+        released = ws.exchange / ws.course_id / "outbound" / l.id
+        if released.exists():
+            _run(ws, "unrelease", l.id)
+        _run(ws, "release_assignment", l.id)
+        print(f"released {l.id} to {released}")
+    return [l.id for l in lessons]
+
+
+def collect(lesson_names, *, grades=None, exchange=None, cid=None) -> dict[str, list[str]]:
+    """Copy every learner's latest submission into GRADES/submitted/<student>/<lesson>/."""
+    lessons = resolve(lesson_names or None)
+    ws = _workspace(grades, exchange, cid, lessons)
+    found = {}
+    for l in lessons:
+        inbound = ws.exchange / ws.course_id / "inbound"
+        if not any(inbound.glob(f"*+{l.id}+*")):
+            continue
+        _run(ws, "collect", l.id)
+        students = sorted(p.parent.name for p in (ws.path / "submitted").glob(f"*/{l.id}") if p.is_dir())
+        found[l.id] = students
+        print(f"collected {l.id}: {len(students)} submission(s) ({', '.join(students)})")
+    if not found:
+        print("course workshop: nothing submitted yet.")
+    return found
+
+
+def grade(lesson_names, *, grades=None, exchange=None, cid=None, **options):
+    """``course grade GRADES/submitted --out GRADES``: sandboxed, scores into the gradebook."""
+    from course.tools.grading import grade as grade_all
+
+    lessons = resolve(lesson_names or None)
+    ws = _workspace(grades, exchange, cid, lessons)
+    submitted = ws.path / "submitted"
+    if not submitted.is_dir():
+        raise SystemExit("course workshop: nothing collected yet (run `course workshop collect` first).")
+    return grade_all(submitted, ws.path, lessons=[l.id for l in lessons] if lesson_names else None, **options)
+
+
+def give_back(lesson_names, *, grades=None, exchange=None, cid=None) -> dict[str, list[str]]:
+    """Release each graded submission's feedback page to the exchange (nbgrader release_feedback)."""
+    lessons = resolve(lesson_names or None)
+    ws = _workspace(grades, exchange, cid, lessons)
+    returned = {}
+    for l in lessons:
+        students = []
+        for page in sorted((ws.path / "feedback").glob(f"*/{l.id}/{l.id}.html")):
+            student = page.parent.parent.name
+            submitted = ws.path / "submitted" / student / l.id
+            # nbgrader matches feedback to a submission by the secret and time nbgrader submit wrote.
+            missing = [n for n in ("timestamp.txt", "submission_secret.txt") if not (submitted / n).is_file()]
+            if missing:
+                print(f"  {student}/{l.id}: not submitted through the exchange ({', '.join(missing)} missing): skipped")
+                continue
+            for n in ("timestamp.txt", "submission_secret.txt"):
+                shutil.copyfile(submitted / n, page.parent / n)
+            students.append(student)
+        if students:
+            _run(ws, "release_feedback", l.id)
+            returned[l.id] = students
+            print(f"returned feedback on {l.id} to {len(students)} learner(s) ({', '.join(students)})")
+    if not returned:
+        print("course workshop: no graded submission to return yet (collect and grade first).")
+    return returned
+
+
+def status(*, grades=None, exchange=None, cid=None) -> None:
+    """What is released, submitted, collected and graded."""
+    exchange_path = lab.exchange_root(exchange)
+    cid = lab.course_id(cid)
+    grades_path = lab.grades_dir(grades)
+    course = exchange_path / cid
+    print(f"course id {cid}; exchange {exchange_path}; grading workspace {grades_path}")
+    for l in all_lessons():
+        released = (course / "outbound" / l.id).is_dir()
+        inbound = len({p.name.split("+")[0] for p in (course / "inbound").glob(f"*+{l.id}+*")}) if course.is_dir() else 0
+        collected = len(list((grades_path / "submitted").glob(f"*/{l.id}")))
+        graded = len(list((grades_path / "feedback").glob(f"*/{l.id}/{l.id}.html")))
+        print(f"  {l.id:<28} {'released' if released else '-':<9} submitted by {inbound}, collected {collected}, graded {graded}")
