@@ -183,3 +183,101 @@ def test_missing_names_give_a_readable_message():
     del block.norm_first
     with pytest.raises(AssertionError, match="norm_first"):
         to_torch_encoder_layer(block)
+
+
+# -- lesson 08: the decoder layer and the whole nn.Transformer --------------------------------------------
+
+from course.oracles.transformer import decoder_layer_state_dict, to_torch_decoder_layer, to_torch_transformer  # noqa: E402
+
+
+class RefDecoderBlock(nn.Module):
+    """A decoder block written here from the paper's equations, with the course's names and masks (True = allowed)."""
+
+    def __init__(self, d_model, n_heads, d_ff, norm_first=False):
+        super().__init__()
+        self.norm_first = norm_first
+        self.self_attn = nn.MultiheadAttention(d_model, n_heads, batch_first=True)
+        self.cross_attn = nn.MultiheadAttention(d_model, n_heads, batch_first=True)
+        self.linear1, self.linear2 = nn.Linear(d_model, d_ff), nn.Linear(d_ff, d_model)
+        self.norm1, self.norm2, self.norm3 = (RefLayerNorm(d_model) for _ in range(3))
+
+    def forward(self, x, memory, causal=None, src_real=None):
+        sa = lambda h: self.self_attn(h, h, h, attn_mask=None if causal is None else ~causal, need_weights=False)[0]
+        ca = lambda h: self.cross_attn(h, memory, memory, key_padding_mask=None if src_real is None else ~src_real,
+                                       need_weights=False)[0]
+        ff = lambda h: self.linear2(torch.relu(self.linear1(h)))
+        for f, norm in ((sa, self.norm1), (ca, self.norm2), (ff, self.norm3)):
+            x = x + f(norm(x)) if self.norm_first else norm(x + f(x))
+        return x
+
+
+class RefTranslator(nn.Module):
+    """Embeddings x sqrt(D) + sinusoids, PyTorch's encoder layers, RefDecoderBlocks, final norms with pre-norm."""
+
+    def __init__(self, src_vocab, tgt_vocab, d_model, n_heads, d_ff, n_layers, norm_first, max_len=32):
+        super().__init__()
+        self.norm_first = norm_first
+        self.src_embed, self.tgt_embed = nn.Embedding(src_vocab, d_model), nn.Embedding(tgt_vocab, d_model)
+        p = torch.arange(max_len, dtype=torch.float64)[:, None]
+        w = 10000.0 ** (-torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)
+        pe = torch.zeros(max_len, d_model, dtype=torch.float64)
+        pe[:, 0::2], pe[:, 1::2] = torch.sin(p * w), torch.cos(p * w)
+        self.register_buffer("pe", pe.float())
+        self.encoder_layers = nn.ModuleList(nn.TransformerEncoderLayer(d_model, n_heads, d_ff, 0.0, batch_first=True,
+                                                                       norm_first=norm_first) for _ in range(n_layers))
+        self.decoder_layers = nn.ModuleList(RefDecoderBlock(d_model, n_heads, d_ff, norm_first) for _ in range(n_layers))
+        self.encoder_norm = nn.LayerNorm(d_model) if norm_first else None
+        self.decoder_norm = nn.LayerNorm(d_model) if norm_first else None
+        self.generator = nn.Linear(d_model, tgt_vocab)
+
+    def forward(self, src, tgt, src_real):
+        D = self.pe.shape[1]
+        x = self.src_embed(src) * math.sqrt(D) + self.pe[: src.shape[1]]
+        for layer in self.encoder_layers:
+            x = layer(x, src_key_padding_mask=~src_real)
+        if self.encoder_norm is not None:
+            x = self.encoder_norm(x)
+        y = self.tgt_embed(tgt) * math.sqrt(D) + self.pe[: tgt.shape[1]]
+        causal = torch.ones(tgt.shape[1], tgt.shape[1], dtype=torch.bool).tril()
+        for layer in self.decoder_layers:
+            y = layer(y, x, causal, src_real)
+        if self.decoder_norm is not None:
+            y = self.decoder_norm(y)
+        return self.generator(y)
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_copied_decoder_block_equals_torch_layer(norm_first):
+    torch.manual_seed(10)
+    ours = _randomise(RefDecoderBlock(16, 4, 32, norm_first), 11).eval()
+    theirs = to_torch_decoder_layer(ours)
+    assert isinstance(theirs, nn.TransformerDecoderLayer) and theirs.norm_first is norm_first
+    assert set(decoder_layer_state_dict(ours)) == set(nn.TransformerDecoderLayer(16, 4, 32).state_dict())
+    x, memory = torch.randn(3, 5, 16), torch.randn(3, 7, 16)
+    causal = torch.ones(5, 5, dtype=torch.bool).tril()
+    real = torch.arange(7) < torch.tensor([7, 3, 5]).unsqueeze(1)
+    torch.testing.assert_close(theirs(x, memory, tgt_mask=~causal, memory_key_padding_mask=~real),
+                               ours(x, memory, causal, real), atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_copied_model_equals_nn_transformer(norm_first):
+    torch.manual_seed(12)
+    ours = _randomise(RefTranslator(11, 13, 16, 4, 32, 2, norm_first), 13).eval()
+    theirs = to_torch_transformer(ours)
+    assert isinstance(theirs.transformer, nn.Transformer)
+    assert (theirs.transformer.encoder.norm is None) is (not norm_first)
+    real = torch.arange(6) < torch.tensor([6, 2]).unsqueeze(1)
+    src = torch.randint(1, 11, (2, 6)).masked_fill(~real, 0)
+    tgt = torch.randint(1, 13, (2, 5))
+    torch.testing.assert_close(theirs(src, tgt, real), ours(src, tgt, real), atol=1e-5, rtol=1e-5)
+    with torch.no_grad():                                   # a copy: changing ours leaves theirs alone
+        ours.decoder_layers[0].linear1.weight.zero_()
+    assert theirs.transformer.decoder.layers[0].linear1.weight.abs().sum() > 0
+
+
+def test_decoder_bridge_names_the_missing_piece():
+    block = RefDecoderBlock(8, 2, 16)
+    del block.cross_attn
+    with pytest.raises(AssertionError, match="cross_attn"):
+        to_torch_decoder_layer(block)
