@@ -55,14 +55,14 @@ PARAMETER_NAMES = (
 
 
 def vit_config(*, image_size: int, patch_size: int, in_channels: int, d_model: int, n_layers: int, n_heads: int,
-               d_ff: int, n_classes: int = 10, eps: float = 1e-12):
-    """A ``transformers.ViTConfig`` for the lesson's hyper-parameters: eager attention (attention maps
-    come back), exact GELU, no dropout."""
+               d_ff: int, n_classes: int = 10, eps: float = 1e-12, attn_implementation: str = "eager"):
+    """A ``transformers.ViTConfig`` for the lesson's hyper-parameters: exact GELU, no dropout, eager attention
+    by default (so that ``output_attentions=True`` returns the maps; ``"sdpa"`` for speed)."""
     return ViTConfig(
         image_size=image_size, patch_size=patch_size, num_channels=in_channels, hidden_size=d_model,
         num_hidden_layers=n_layers, num_attention_heads=n_heads, intermediate_size=d_ff, hidden_act="gelu",
         hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, layer_norm_eps=eps, qkv_bias=True,
-        num_labels=n_classes, attn_implementation="eager",
+        num_labels=n_classes, attn_implementation=attn_implementation,
     )
 
 
@@ -117,13 +117,15 @@ def hf_state_dict(state: dict, *, patch_size: int, in_channels: int, n_layers: i
 
 
 def to_hf_vit(model_or_state, *, image_size: int, patch_size: int, in_channels: int, d_model: int, n_layers: int,
-              n_heads: int, d_ff: int, n_classes: int = 10, eps: float = 1e-12, classifier: bool = False):
+              n_heads: int, d_ff: int, n_classes: int = 10, eps: float = 1e-12, classifier: bool = False,
+              attn_implementation: str = "eager"):
     """A ``transformers`` ViT holding a copy of the lesson ViT's weights, in eval mode.
 
     Args:
         model_or_state: the learner's ``ViT`` (its ``state_dict()`` is read) or a state dict.
         classifier: ``ViTForImageClassification`` (logits) instead of ``ViTModel(add_pooling_layer=False)``
             (the hidden states after the final LayerNorm).
+        attn_implementation: ``"eager"`` (attention maps available) or ``"sdpa"``.
         the rest: the hyper-parameters the ViT was built with.
 
     Returns:
@@ -131,7 +133,8 @@ def to_hf_vit(model_or_state, *, image_size: int, patch_size: int, in_channels: 
     """
     state = model_or_state if isinstance(model_or_state, dict) else model_or_state.state_dict()
     config = vit_config(image_size=image_size, patch_size=patch_size, in_channels=in_channels, d_model=d_model,
-                        n_layers=n_layers, n_heads=n_heads, d_ff=d_ff, n_classes=n_classes, eps=eps)
+                        n_layers=n_layers, n_heads=n_heads, d_ff=d_ff, n_classes=n_classes, eps=eps,
+                        attn_implementation=attn_implementation)
     hf = ViTForImageClassification(config) if classifier else ViTModel(config, add_pooling_layer=False)
     mapped = hf_state_dict(state, patch_size=patch_size, in_channels=in_channels, n_layers=n_layers, classifier=classifier)
     theirs = hf.state_dict()
