@@ -108,7 +108,7 @@ def _clean(x):
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu", help="cpu or cuda (default: cuda if present)")
-    p.add_argument("--max-t", type=int, default=None, help="longest sequence (default: 4096 on cpu, 262144 on cuda)")
+    p.add_argument("--max-t", type=int, default=None, help="longest sequence (default: 4096 on cpu, 131072 on cuda)")
     p.add_argument("--min-t", type=int, default=None, help="shortest sequence (default: 256 on cpu, 1024 on cuda)")
     p.add_argument("--dtypes", default="float32,bfloat16", help="comma-separated torch dtypes")
     p.add_argument("--batch", type=int, default=1)
@@ -126,7 +126,7 @@ def main(argv=None) -> int:
         print("--device cuda was asked for, but PyTorch sees no CUDA GPU on this machine; use --device cpu.")
         return 2
     gpu = device.type == "cuda"
-    max_t = args.max_t or (262144 if gpu else 4096)
+    max_t = args.max_t or (131072 if gpu else 4096)
     min_t = args.min_t or (1024 if gpu else 256)
     heads = args.heads or (16 if gpu else 2)
     chunk = args.chunk_size or (1024 if gpu else 256)

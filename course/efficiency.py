@@ -224,8 +224,11 @@ def sdpa_backends(device="cpu", dtype=torch.float32, *, T: int = 64, head_dim: i
                 F.scaled_dot_product_attention(q, q, q)
             out[name] = "runs"
         except RuntimeError as exc:
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            out[name] = "no: " + first[:120]
+            text = str(exc).strip()
+            if "No viable backend" in text or "No available kernel" in text:
+                out[name] = "not available for this device and dtype"
+            else:
+                out[name] = "no: " + (text.splitlines()[0][:120] if text else type(exc).__name__)
     return out
 
 
@@ -296,11 +299,15 @@ def measure_scaling(methods: dict[str, Callable], lengths: Iterable[int], make_i
                 rows.append(row)
                 continue
             try:
+                warm = warmup
                 if memory:
+                    start = time.perf_counter()
                     out, peak = peak_memory(lambda: fn(*inputs), device=device)
                     row["peak_bytes"] = float(peak)
                     del out
-                row["seconds"] = time_call(lambda: fn(*inputs), device=device, warmup=warmup,
+                    if time.perf_counter() - start > 1.0:     # a slow call has warmed up enough: save the time
+                        warm = 0
+                row["seconds"] = time_call(lambda: fn(*inputs), device=device, warmup=warm,
                                            repeat=repeat, max_seconds=time_limit)
             except Exception as exc:  # noqa: BLE001 - only out-of-memory is expected; re-raise the rest
                 if not is_out_of_memory(exc):
