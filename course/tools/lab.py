@@ -186,6 +186,10 @@ def lab_command(*, instructor: bool = False, notebook_dir: str | None = None, ex
     serve = Path(folder).expanduser().resolve() if folder else default_folder
     if not serve.is_dir():
         raise SystemExit(f"course lab: {serve} is not a folder")
+    if instructor and not ws.path.is_relative_to(serve):
+        raise SystemExit(f"course lab: the grading workspace {ws.path} must be inside the folder JupyterLab serves "
+                         f"({serve}), or the formgrader cannot open its notebooks. Serve a folder that holds both "
+                         "(--notebook-dir), or grade into one inside it (--grades).")
     cmd = [sys.executable, "-m", "jupyter", "lab", f"--ServerApp.root_dir={serve}"]
     if port is not None:
         cmd.append(f"--port={port}")
