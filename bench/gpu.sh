@@ -12,7 +12,8 @@
 #
 # Options:
 #   --allow-cpu        run without a GPU (device cpu): to test this script itself, not to measure
-#   --quick            smoke profile and COURSE_BENCH_QUICK=1 for the benchmarks (seconds, not minutes)
+#   --quick            smoke profile; benchmarks get --quick if they take it, else their smallest
+#                      settings (--max-t 1024, --repeat/--rounds 1, --steps 2...), and COURSE_BENCH_QUICK=1
 #   --profile P        the lessons' profile (default: full; smoke with --quick)
 #   --lessons "A B"    only these lessons (ids or prefixes; default: all)
 #   --steps "S T"      only these steps (default: doctor lessons attention_scaling gpt bert vit)
@@ -32,7 +33,7 @@ STEPS="doctor lessons attention_scaling gpt bert vit"
 STEP_TIMEOUT=1800
 OUT=""
 
-usage() { sed -n '2,23p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,24p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 while [ $# -gt 0 ]; do
   case "$1" in
     --allow-cpu) ALLOW_CPU=1 ;;
@@ -128,7 +129,16 @@ for bench in attention_scaling gpt bert vit; do
   script="$BENCH_DIR/$bench.py"
   if [ -f "$script" ]; then
     rm -f "$OUT/$bench.json"
-    run_step "$bench" "$PY" "$script" --device "$DEVICE" --json "$OUT/$bench.json"
+    quick_args=()
+    if [ "$QUICK" = 1 ]; then     # the smallest run each script offers (it may also read COURSE_BENCH_QUICK)
+      if grep -q -- '"--quick"' "$script"; then quick_args=(--quick)
+      else
+        for opt in "--max-t 1024" "--repeat 1" "--steps 2" "--rounds 1" "--warmup 1"; do
+          grep -q -- "\"${opt% *}\"" "$script" && quick_args+=($opt)
+        done
+      fi
+    fi
+    run_step "$bench" "$PY" "$script" --device "$DEVICE" --json "$OUT/$bench.json" "${quick_args[@]}"
   else
     echo "== $bench: $script does not exist yet: recorded as missing"
     now=$(date +%s.%N)

@@ -8,7 +8,11 @@ one JSON per benchmark (``attention_scaling.json``, ``gpt.json``, ``bert.json``,
 
 A benchmark's JSON may be any object. Two optional keys are shown first, so a benchmark can say
 what matters: ``"summary"`` ({name: value}: the numbers for the README) and ``"goals"`` (a list of
-{"name", "value", "target", "met"}). Everything else appears flattened (``a.b.c = value``).
+{"name", "value", "target", "met"}). Everything else appears flattened (``a.b.c = value``), lists of
+records as tables. The issue's goals are checked here too: the whole course within 15 minutes,
+SDPA >= 10x naive attention at T = 8192 in bf16 (``attention_scaling.json``:
+results.bfloat16.at_8192.speedup_sdpa_vs_naive) and the lesson GPT at >= 1.0x the tokens/s of
+GPT2LMHeadModel (``gpt.json``: ratio); a goal is judged only on a GPU run, never on --allow-cpu/--quick.
 """
 
 from __future__ import annotations
@@ -29,6 +33,15 @@ def _load(path: Path):
         return None
 
 
+def _get(obj, *keys):
+    """obj[k1][k2]... or None when any level is missing."""
+    for k in keys:
+        if not isinstance(obj, dict) or k not in obj:
+            return None
+        obj = obj[k]
+    return obj
+
+
 def _fmt(v) -> str:
     if v is None:
         return "-"
@@ -39,28 +52,30 @@ def _fmt(v) -> str:
     return str(v)
 
 
-def _flatten(obj, prefix: str = "", limit: int = 40) -> list[tuple[str, object]]:
-    """Scalar leaves of a JSON object as (dotted.key, value), lists of scalars shortened."""
-    out: list[tuple[str, object]] = []
+def _flatten(obj, limit: int = 60) -> tuple[list[tuple[str, object]], dict[str, list[dict]]]:
+    """Scalar leaves of a JSON object as (dotted.key, value), plus its lists of records (lists of dicts
+    of scalars, e.g. one row per sequence length) by dotted key, to be shown as tables."""
+    leaves: list[tuple[str, object]] = []
+    records: dict[str, list[dict]] = {}
 
     def walk(o, key):
-        if len(out) >= limit:
-            return
         if isinstance(o, dict):
             for k, v in o.items():
                 walk(v, f"{key}.{k}" if key else str(k))
         elif isinstance(o, list):
-            if all(not isinstance(x, (dict, list)) for x in o):
-                shown = ", ".join(_fmt(x) for x in o[:8]) + (", ..." if len(o) > 8 else "")
-                out.append((key, f"[{shown}]"))
+            if o and all(isinstance(x, dict) and all(not isinstance(v, (dict, list)) for v in x.values()) for x in o):
+                records[key] = o
+            elif all(not isinstance(x, (dict, list)) for x in o):
+                if len(leaves) < limit:
+                    leaves.append((key, "[" + ", ".join(_fmt(x) for x in o[:8]) + (", ..." if len(o) > 8 else "") + "]"))
             else:
                 for i, v in enumerate(o[:8]):
                     walk(v, f"{key}[{i}]")
-        else:
-            out.append((key, o))
+        elif len(leaves) < limit:
+            leaves.append((key, o))
 
-    walk(obj, prefix)
-    return out
+    walk(obj, "")
+    return leaves, records
 
 
 def _table(header: list[str], rows: list[list]) -> list[str]:
@@ -86,11 +101,23 @@ def build(out: Path, *, device: str, profile: str, quick: bool, seconds: float |
                       "target": f"<= {COURSE_GOAL_SECONDS}",
                       "met": (total <= COURSE_GOAL_SECONDS) if real else None,
                       "note": "" if real else f"not a GPU full run ({device}, {profile}{', quick' if quick else ''})"})
+    real_gpu = device == "cuda" and not quick
+    speedup = _get(benches["attention_scaling"], "results", "bfloat16", "at_8192", "speedup_sdpa_vs_naive")
+    if benches["attention_scaling"] is not None:
+        goals.append({"name": "SDPA vs naive attention at T = 8192, bf16", "value": speedup, "unit": "x",
+                      "target": ">= 10", "met": (speedup >= 10) if real_gpu and speedup is not None else None,
+                      "note": "T = 8192 not reached" if speedup is None else "not a GPU run"})
+    ratio = _get(benches["gpt"], "ratio")
+    if benches["gpt"] is not None:
+        goals.append({"name": "lesson GPT tokens/s / GPT2LMHeadModel's", "value": ratio, "unit": "x",
+                      "target": ">= 1.0", "met": (ratio >= 1.0) if real_gpu and ratio is not None else None,
+                      "note": "not a GPU run"})
     for name, data in benches.items():
         if isinstance(data, dict):
             for g in data.get("goals", []) or []:
                 if isinstance(g, dict):
-                    goals.append({**g, "name": f"{name}: {g.get('name', '?')}"})
+                    judged = {} if real_gpu else {"met": None, "note": "not a GPU run"}
+                    goals.append({**g, "name": f"{name}: {g.get('name', '?')}", **judged})
 
     report = {
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
@@ -171,9 +198,13 @@ def build(out: Path, *, device: str, profile: str, quick: bool, seconds: float |
         if isinstance(data.get("summary"), dict):
             md += _table(["summary", "value"], [[k, v] for k, v in data["summary"].items()]) + [""]
         rest = {k: v for k, v in data.items() if k not in ("summary", "goals")}
-        flat = _flatten(rest)
-        if flat:
-            md += _table(["key", "value"], [[k, v] for k, v in flat]) + [""]
+        leaves, records = _flatten(rest)
+        if leaves:
+            md += _table(["key", "value"], [[k, v] for k, v in leaves]) + [""]
+        for key, rows in records.items():
+            columns = list(dict.fromkeys(c for row in rows for c in row))
+            md += [f"`{key}`:", ""] + _table(columns, [[row.get(c) for c in columns] for row in rows[:80]])
+            md += ([f"... {len(rows) - 80} more rows in {name}.json"] if len(rows) > 80 else []) + [""]
 
     (out / "report.json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
     (out / "report.md").write_text("\n".join(md) + "\n", encoding="utf-8")
