@@ -101,7 +101,7 @@ def encode_data(value, handle_of) -> bytes:
             return {"$device": str(v)}
         if isinstance(v, torch.Tensor) and v.layout == torch.strided and str(v.dtype).removeprefix("torch.") in _DTYPES:
             t = v.detach().to("cpu").contiguous()
-            raw = t.view(torch.uint8).numpy().tobytes() if t.numel() else b""
+            raw = t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b""  # 0-dim too
             buffers.append(raw)
             return {"$t": len(buffers) - 1, "dtype": str(t.dtype).removeprefix("torch."), "shape": list(t.shape),
                     "param": isinstance(v, torch.nn.Parameter), "rg": bool(v.requires_grad)}
