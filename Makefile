@@ -25,7 +25,7 @@ export HF_HUB_OFFLINE      := 1
 export PYTHONDONTWRITEBYTECODE := 1
 $(shell mkdir -p $(JUPYTER_CONFIG_DIR) $(JUPYTER_DATA_DIR) $(JUPYTER_RUNTIME_DIR) $(IPYTHONDIR) $(MPLCONFIGDIR) $(TORCH_HOME) $(HF_HOME) $(XDG_CACHE_HOME))
 
-.PHONY: setup run test lab release grade doctor clean
+.PHONY: setup run test lab instructor release grade doctor clean workshop-release workshop-collect workshop-grade workshop-return workshop-status
 
 setup: $(STAMP)
 
@@ -43,8 +43,20 @@ run: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest -n 2 --dist worksteal -q tests
 
+# make lab PORT=8899 ARGS="--no-browser --ip 0.0.0.0"; LESSONS=... for the workshop targets.
+PORT ?=
+ARGS ?=
+LESSONS ?=
+LAB_OPTS = $(if $(PORT),--port $(PORT)) $(ARGS)
+
 lab: $(STAMP)
-	$(BIN)/course lab
+	$(BIN)/course lab $(LAB_OPTS)
+
+instructor: $(STAMP)
+	$(BIN)/course lab --instructor --grades $(GRADES) $(LAB_OPTS)
+
+workshop-release workshop-collect workshop-grade workshop-return workshop-status: $(STAMP)
+	$(BIN)/course workshop $(@:workshop-%=%) $(LESSONS) --grades $(GRADES) $(ARGS)
 
 release: $(STAMP)
 	$(BIN)/course release

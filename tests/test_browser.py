@@ -1,0 +1,499 @@
+"""The course in a real browser: JupyterLab as a learner, an instructor and a workshop host see it.
+
+Playwright drives Debian's Chromium (``apt-get install chromium``; ``$COURSE_CHROMIUM`` names another
+binary); no browser is downloaded. Without a browser (or without the ``playwright`` package) every
+test here is skipped and says why.
+
+Each xdist worker starts one learner lab (``course lab``, the real command) on a throw-away copy of
+``notebooks/`` and ``solutions/``, with Jupyter's and IPython's folders in a temporary directory and
+``COURSE_PROFILE=smoke``. Lessons are discovered from ``solutions/``, one test each, so xdist spreads
+them. A failing test saves a screenshot under ``$COURSE_BROWSER_ARTIFACTS`` (default: a
+``browser-artifacts`` folder in pytest's temporary directory) and names it in its message.
+``COURSE_DOCS_SCREENSHOTS=docs`` also writes the README's screenshots there.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import io
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+import nbformat
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from course.tools.lessons import all_lessons  # noqa: E402
+
+pytestmark = [pytest.mark.slow, pytest.mark.browser]
+
+LESSONS = [l.id for l in all_lessons(ROOT)]
+TOKEN = "course-browser-test"
+STUB_WORDS = "Write your solution here"
+
+
+def find_chromium() -> str | None:
+    env = os.environ.get("COURSE_CHROMIUM")
+    if env:
+        return env if Path(env).exists() else None
+    for name in ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable"):
+        found = shutil.which(name)
+        if found:
+            return found
+    return None
+
+
+CHROMIUM = find_chromium()
+if CHROMIUM is None:
+    pytest.skip("no Chromium installed: the real-browser tests need one (Debian: apt-get install chromium; "
+                "or set COURSE_CHROMIUM to a Chrome/Chromium binary). .ci/run installs it.", allow_module_level=True)
+sync_api = pytest.importorskip("playwright.sync_api", reason="the playwright package is not installed "
+                               "(pip install -e '.[test]' with constraints.txt)")
+
+
+# --------------------------------------------------------------------------------------------- helpers
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _artifacts() -> Path:
+    folder = Path(os.environ.get("COURSE_BROWSER_ARTIFACTS") or Path(tempfile.gettempdir()) / "course-browser-artifacts")
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+def _docs_shot(page, name: str, locator=None) -> None:
+    folder = os.environ.get("COURSE_DOCS_SCREENSHOTS")
+    if folder:
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        (locator or page).screenshot(path=str(Path(folder) / name))
+
+
+def jupyter_env(base: Path) -> dict:
+    """Jupyter, IPython and matplotlib write only under ``base``; JupyterLab shows every cell (no
+    windowing, so outputs are in the page), never autosaves, and asks nothing about news."""
+    env = dict(os.environ)
+    for var, sub in (("JUPYTER_CONFIG_DIR", "config"), ("JUPYTER_DATA_DIR", "data"), ("JUPYTER_RUNTIME_DIR", "runtime"),
+                     ("IPYTHONDIR", "ipython"), ("MPLCONFIGDIR", "mpl"), ("XDG_CACHE_HOME", "cache")):
+        (base / sub).mkdir(parents=True, exist_ok=True)
+        env[var] = str(base / sub)
+    env.pop("JUPYTER_CONFIG_PATH", None)
+    settings = base / "config" / "lab" / "user-settings" / "@jupyterlab"
+    for plugin, value in (("notebook-extension/tracker", {"windowingMode": "none"}),
+                          ("apputils-extension/notification", {"fetchNews": "false", "checkForUpdates": False}),
+                          ("docmanager-extension/plugin", {"autosave": False})):
+        f = settings / f"{plugin}.jupyterlab-settings"
+        f.parent.mkdir(parents=True, exist_ok=True)
+        f.write_text(json.dumps(value), encoding="utf-8")
+    env.update(COURSE_PROFILE="smoke", HF_HUB_OFFLINE="1", PYTHONDONTWRITEBYTECODE="1", COURSE_ROOT=str(ROOT))
+    env.pop("NBGRADER_EXECUTION", None)
+    env.pop("COURSE_HEADLESS", None)
+    env.pop("MPLBACKEND", None)          # tests set Agg; the lab shows plots inline
+    return env
+
+
+class Lab:
+    """One ``course lab`` server, its log kept in a file."""
+
+    def __init__(self, base: Path, args: list[str], env: dict, timeout: float = 300):
+        self.port = _free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log_path = base / f"server-{self.port}.log"
+        self._log = open(self.log_path, "w", encoding="utf-8")
+        cmd = [sys.executable, "-m", "course.tools.cli", "lab", "--no-browser", "--port", str(self.port),
+               "--token", TOKEN, "--ip", "127.0.0.1", "--LabApp.expose_app_in_browser=True",
+               "--ServerApp.open_browser=False", *args]
+        self.proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=self._log, stderr=subprocess.STDOUT,
+                                     start_new_session=True)
+        deadline = time.time() + timeout
+        while True:
+            try:
+                self.api("GET", "api/status")
+                break
+            except OSError:
+                if self.proc.poll() is not None or time.time() > deadline:
+                    raise RuntimeError(f"course lab did not start:\n{self.log()[-3000:]}")
+                time.sleep(0.5)
+
+    def api(self, method: str, path: str):
+        req = urllib.request.Request(f"{self.url}/{path}", method=method, headers={"Authorization": f"token {TOKEN}"})
+        with urllib.request.urlopen(req, timeout=30) as r:
+            body = r.read()
+        return json.loads(body) if body else None
+
+    def close_sessions(self, path: str | None = None) -> None:
+        for s in self.api("GET", "api/sessions") or []:
+            if path is None or s.get("path") == path:
+                with contextlib.suppress(OSError):
+                    self.api("DELETE", f"api/sessions/{s['id']}")
+
+    def log(self) -> str:
+        self._log.flush()
+        return self.log_path.read_text(encoding="utf-8", errors="replace")
+
+    def problems(self) -> list[str]:
+        """Tracebacks and errors in the server log (and nbgrader's 'no config' warning)."""
+        text = self.log()
+        bad = [l for l in text.splitlines()
+               if "Traceback" in l or l.startswith("[E ") or "No nbgrader_config.py file found" in l]
+        return bad
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, 15)
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, 9)
+        self._log.close()
+
+
+def filled_notebook(lesson: str) -> nbformat.NotebookNode:
+    """The student notebook with every exercise filled in from the solution (by grade_id)."""
+    student = nbformat.read(str(ROOT / "notebooks" / lesson / f"{lesson}.ipynb"), as_version=4)
+    solution = nbformat.read(str(ROOT / "solutions" / lesson / f"{lesson}.ipynb"), as_version=4)
+    answers = {c.metadata.get("nbgrader", {}).get("grade_id"): c.source for c in solution.cells
+               if c.metadata.get("nbgrader", {}).get("solution")}
+    for c in student.cells:
+        gid = c.metadata.get("nbgrader", {}).get("grade_id")
+        if c.metadata.get("nbgrader", {}).get("solution") and gid in answers:
+            c.source = answers[gid]
+    return student
+
+
+@pytest.fixture(scope="session")
+def browser():
+    pw = sync_api.sync_playwright().start()
+    b = pw.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"])
+    yield b
+    b.close()
+    pw.stop()
+
+
+@pytest.fixture(scope="session")
+def learner(tmp_path_factory):
+    """A learner lab on a copy of notebooks/ and solutions/, with its own exchange."""
+    base = tmp_path_factory.mktemp("learner-lab")
+    served = base / "course"
+    for sub in ("notebooks", "solutions"):
+        shutil.copytree(ROOT / sub, served / sub, ignore=shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__"))
+    nbformat.write(filled_notebook(LESSONS[0]), str(served / "notebooks" / LESSONS[0] / "filled.ipynb"))
+    (served / "workshop").mkdir()
+    env = jupyter_env(base / "jupyter")
+    env["COURSE_EXCHANGE"] = str(base / "exchange")
+    env["COURSE_GRADES"] = str(base / "grades")
+    lab = Lab(base, ["--notebook-dir", str(served)], env)
+    lab.base, lab.served, lab.env = base, served, env
+    yield lab
+    lab.stop()
+
+
+class Watched:
+    """A page whose console errors and page errors are collected; a screenshot is kept on failure."""
+
+    def __init__(self, page, name: str):
+        self.page, self.name, self.errors = page, re.sub(r"[^\w.-]+", "_", name), []
+        page.on("console", lambda m: self.errors.append(f"console.{m.type}: {m.text}") if m.type == "error" else None)
+        page.on("pageerror", lambda e: self.errors.append(f"page error: {e}"))
+
+    def fail(self, message: str):
+        shot = _artifacts() / f"{self.name}.png"
+        with contextlib.suppress(Exception):
+            self.page.screenshot(path=str(shot), full_page=True)
+        pytest.fail(f"{message}\n(screenshot: {shot})", pytrace=False)
+
+    def check(self, ok, message: str):
+        if not ok:
+            self.fail(message)
+
+
+@contextlib.contextmanager
+def watched_page(browser, name: str, lab: Lab):
+    ctx = browser.new_context(viewport={"width": 1400, "height": 1000})
+    page = ctx.new_page()
+    page.set_default_timeout(60_000)
+    w = Watched(page, name)
+    try:
+        try:
+            yield w
+        except (sync_api.Error, AssertionError) as exc:
+            if isinstance(exc, pytest.fail.Exception):
+                raise
+            w.fail(f"{type(exc).__name__}: {exc}")
+        w.check(not w.errors, "the page reported errors:\n" + "\n".join(w.errors[:10]))
+        problems = lab.problems()
+        w.check(not problems, "the Jupyter server log has errors or tracebacks:\n" + "\n".join(problems[:10])
+                + f"\n(log: {lab.log_path})")
+    finally:
+        ctx.close()
+
+
+JS_CURRENT = "(p) => { const w = window.jupyterapp && window.jupyterapp.shell.currentWidget;" \
+             " return !!(w && w.context && w.context.path === p && w.sessionContext && w.sessionContext.session" \
+             " && w.sessionContext.session.kernel && w.sessionContext.session.kernel.status === 'idle'); }"
+JS_DONE = """() => { const w = window.jupyterapp.shell.currentWidget;
+  const cs = w.content.widgets.filter(c => c.model.type === 'code');
+  const errored = cs.some(c => c.model.outputs.toJSON().some(o => o.output_type === 'error'));
+  const done = cs.every(c => c.model.executionCount != null) || errored;
+  return done && cs.every(c => c.model.executionState !== 'running') && w.sessionContext.session.kernel.status === 'idle'; }"""
+JS_OUTPUTS = """() => window.jupyterapp.shell.currentWidget.content.widgets
+  .filter(c => c.model.type === 'code').map(c => ({source: c.model.sharedModel.getSource(), outputs: c.model.outputs.toJSON()}))"""
+
+
+def open_notebook(w: Watched, lab: Lab, path: str):
+    lab.close_sessions(path)
+    w.page.goto(f"{lab.url}/lab/tree/{path}?token={TOKEN}&reset")
+    w.page.wait_for_function(JS_CURRENT, arg=path, timeout=120_000)
+
+
+def run_all(w: Watched, timeout_s: float = 240) -> list[dict]:
+    w.page.evaluate("() => window.jupyterapp.commands.execute('notebook:run-all-cells')")
+    w.page.wait_for_function(JS_DONE, timeout=timeout_s * 1000, polling=500)
+    return w.page.evaluate(JS_OUTPUTS)
+
+
+def png_ink(src: str) -> float:
+    """Fraction of an image's pixels that differ from its background (0.0: a blank image)."""
+    import numpy as np
+    from PIL import Image
+
+    data = base64.b64decode(src.split(",", 1)[1]) if src.startswith("data:") else urllib.request.urlopen(src).read()
+    img = Image.open(io.BytesIO(data)).convert("RGBA")
+    background = Image.new("RGBA", img.size, (255, 255, 255, 255))
+    a = np.asarray(Image.alpha_composite(background, img).convert("L")).astype(int)
+    values, counts = np.unique(a, return_counts=True)
+    bg = values[counts.argmax()]
+    return float((np.abs(a - bg) > 8).mean())
+
+
+def images(locator) -> list[str]:
+    return locator.locator("img").evaluate_all("els => els.map(e => e.src)")
+
+
+# ----------------------------------------------------------------------------------------------- tests
+
+def test_student_notebook_stub_and_validate(browser, learner):
+    """A student notebook opens with the Validate button and the Nbgrader menu; Run All stops at the
+    first exercise with the stub's words; Validate lists the unimplemented exercises, and passes a
+    filled-in notebook."""
+    lesson = LESSONS[0]
+    path = f"notebooks/{lesson}/{lesson}.ipynb"
+    with watched_page(browser, f"student-{lesson}", learner) as w:
+        page = w.page
+        open_notebook(w, learner, path)
+        toolbar = page.locator(".jp-NotebookPanel:visible .jp-Toolbar")
+        w.check(toolbar.get_by_text("Validate", exact=True).count() == 1, "no Validate button in the notebook toolbar")
+        page.locator(".lm-MenuBar-itemLabel", has_text="Nbgrader").click()
+        w.check(page.locator(".lm-Menu-itemLabel", has_text="Assignment List").count() >= 1,
+                "the Nbgrader menu has no Assignment List")
+        page.keyboard.press("Escape")
+        cells = run_all(w)
+        errors = [o for c in cells for o in c["outputs"] if o["output_type"] == "error"]
+        w.check(errors, "Run All on the untouched notebook raised no error")
+        first = errors[0]
+        w.check(first["ename"] == "NotImplementedError" and STUB_WORDS in first["evalue"],
+                f"the first error should be the stub's worded NotImplementedError, got {first['ename']}: {first['evalue']!r}")
+        shown = page.locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']").first.inner_text()
+        w.check(STUB_WORDS in shown, f"the page does not show the stub's words; it shows {shown[:300]!r}")
+
+        toolbar.get_by_text("Validate", exact=True).click()
+        dialog = page.locator(".jp-Dialog")
+        dialog.wait_for(timeout=180_000)
+        page.wait_for_function("() => !document.querySelector('.jp-Dialog') || "
+                               "!/Validating/.test(document.querySelector('.jp-Dialog').innerText)", timeout=180_000)
+        text = dialog.inner_text()
+        w.check("Validation failed" in text or "failed" in text, f"Validate did not report failures:\n{text[:800]}")
+        w.check(STUB_WORDS in text or "NotImplementedError" in text or "not implemented" in text,
+                f"Validate's report does not say the exercises are unimplemented:\n{text[:800]}")
+        dialog.get_by_role("button").last.click()
+
+        filled = f"notebooks/{lesson}/filled.ipynb"
+        open_notebook(w, learner, filled)
+        page.locator(".jp-NotebookPanel:visible .jp-Toolbar").get_by_text("Validate", exact=True).click()
+        page.locator(".jp-Dialog").wait_for(timeout=180_000)
+        page.wait_for_function("() => /passes all the tests|failed|error/i.test(document.querySelector('.jp-Dialog').innerText)",
+                               timeout=180_000)
+        text = page.locator(".jp-Dialog").inner_text()
+        w.check("passes all the tests" in text, f"Validate on the filled-in notebook did not pass:\n{text[:1500]}")
+        page.locator(".jp-Dialog").get_by_role("button").last.click()
+        learner.close_sessions()
+
+
+def _change(control, kind: str, page) -> str:
+    """Move one control to another value; returns a description."""
+    if kind == "select":
+        options = control.locator("option").all_inner_texts()
+        current = control.input_value()
+        values = control.locator("option").evaluate_all("els => els.map(e => e.value)")
+        other = next(i for i, v in enumerate(values) if v != current)
+        control.select_option(index=other)
+        return f"dropdown -> {options[other]!r}"
+    if kind == "text":
+        value = control.input_value()
+        words = value.replace(",", " ").split()
+        new = " ".join(reversed(words)) if len(set(words)) > 1 else "what a great movie"
+        control.click()
+        control.fill(new)
+        control.press("Enter")
+        return f"text -> {new!r}"
+    handle = control.locator(".noUi-handle").first
+    before = control.locator(".widget-readout").first.inner_text()
+    handle.focus()
+    handle.press("ArrowRight")
+    page.wait_for_timeout(100)
+    if control.locator(".widget-readout").first.inner_text() == before:
+        handle.press("ArrowLeft")
+        handle.press("ArrowLeft")
+    return f"slider {before} -> {control.locator('.widget-readout').first.inner_text()}"
+
+
+def _wait_new_image(page, box, old: list[str], timeout_s: float = 60) -> list[str]:
+    deadline = time.time() + timeout_s
+    while time.time() < deadline:
+        now = images(box)
+        if now and now != old:
+            page.wait_for_timeout(300)
+            if images(box) == now:
+                return now
+        page.wait_for_timeout(150)
+    return images(box)
+
+
+@pytest.mark.parametrize("lesson", LESSONS)
+def test_solution_notebook_in_browser(browser, learner, lesson):
+    """Every solution notebook runs in the smoke profile with no error output and nothing stray; every
+    plot is a non-blank image; widgets are live and each control redraws another non-blank image."""
+    path = f"solutions/{lesson}/{lesson}.ipynb"
+    with watched_page(browser, f"solution-{lesson}", learner) as w:
+        page = w.page
+        open_notebook(w, learner, path)
+        cells = run_all(w)
+        bad = []
+        for c in cells:
+            for o in c["outputs"]:
+                if o["output_type"] == "error":
+                    bad.append(f"error {o['ename']}: {o['evalue'][:200]} in\n{c['source'][:200]}")
+                elif o["output_type"] == "stream" and o.get("name") == "stderr":
+                    bad.append(f"stderr {''.join(o['text'])[:200]!r} in\n{c['source'][:200]}")
+                elif o["output_type"] == "execute_result":
+                    plain = "".join(o.get("data", {}).get("text/plain", ""))
+                    if plain.startswith("<function") or re.fullmatch(r"-?[\d.e+-]+", plain.strip()):
+                        bad.append(f"stray value {plain[:80]!r} shown by\n{c['source'][-200:]}")
+        w.check(not bad, f"{lesson}: outputs the lesson does not mean:\n" + "\n---\n".join(bad[:6]))
+        w.check(page.get_by_text("Error displaying widget").count() == 0, f"{lesson}: 'Error displaying widget'")
+        outputs = page.locator(".jp-NotebookPanel:visible .jp-OutputArea-output")
+        srcs = images(outputs)
+        n_images = sum(1 for c in cells for o in c["outputs"] if "image/png" in o.get("data", {}))
+        w.check(len(srcs) >= n_images and srcs, f"{lesson}: {n_images} images in the outputs, {len(srcs)} on the page")
+        blank = [i for i, s in enumerate(srcs) if png_ink(s) < 0.005]
+        w.check(not blank, f"{lesson}: plots {blank} of {len(srcs)} are blank")
+        n_widgets = sum(c["source"].count("widgets.interact(") for c in cells)
+        boxes = page.locator(".jp-NotebookPanel:visible .widget-interact")
+        w.check(boxes.count() >= n_widgets, f"{lesson}: {n_widgets} widgets.interact calls, {boxes.count()} live widgets")
+        for b in range(boxes.count()):
+            box = boxes.nth(b)
+            box.scroll_into_view_if_needed()
+            if b == 0 and lesson.startswith("05"):
+                _docs_shot(page, "learner-lab.png")
+            before = images(box)
+            w.check(before and png_ink(before[-1]) >= 0.005, f"{lesson}: widget {b} shows no plot before any change")
+            controls = [(c, "select") for c in box.locator("select").all()]
+            controls += [(c, "text") for c in box.locator("input[type=text]").all()]
+            controls += [(c, "slider") for c in box.locator(".widget-slider").all()]
+            w.check(controls, f"{lesson}: widget {b} has no control")
+            for control, kind in controls:
+                what = _change(control, kind, page)
+                after = _wait_new_image(page, box, before)
+                w.check(after != before, f"{lesson}: widget {b}: {what} did not redraw the plot")
+                ink = png_ink(after[-1])
+                w.check(ink >= 0.005, f"{lesson}: widget {b}: {what} drew a blank image (ink {ink:.4f})")
+                before = after
+        learner.close_sessions(path)
+
+
+def test_workshop_assignment_list(browser, learner):
+    """A host releases lessons with `course workshop release`; the learner's Assignment List shows them
+    and fetches one into the learner's folder."""
+    released = LESSONS[:2]
+    env = dict(learner.env)
+    run = subprocess.run([sys.executable, "-m", "course.tools.cli", "workshop", "release", *released],
+                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stdout + run.stderr
+    with watched_page(browser, "assignment-list", learner) as w:
+        page = w.page
+        page.goto(f"{learner.url}/lab?token={TOKEN}&reset")
+        page.wait_for_function("() => !!(window.jupyterapp && window.jupyterapp.commands.hasCommand('nbgrader:open-assignment-list'))")
+        page.evaluate("() => window.jupyterapp.commands.execute('nbgrader:open-assignment-list')")
+        panel = page.locator("#released_assignments_list")
+        for lesson in released:
+            panel.get_by_text(lesson).first.wait_for(timeout=60_000)
+        text = page.locator(".jp-MainAreaWidget:visible").inner_text()
+        w.check("Error" not in text and "does not exist" not in text, f"the Assignment List shows an error:\n{text[:800]}")
+        _docs_shot(page, "workshop-assignment-list.png")
+        panel.locator(".list_item", has_text=released[0]).get_by_role("button", name="Fetch").click()
+        page.locator("#fetched_assignments_list").get_by_text(released[0]).first.wait_for(timeout=60_000)
+    assert (learner.served / released[0] / f"{released[0]}.ipynb").is_file(), "the fetched lesson is not in the learner's folder"
+
+
+@pytest.fixture(scope="module")
+def instructor(tmp_path_factory):
+    base = tmp_path_factory.mktemp("instructor-lab")
+    served = base / "course"
+    shutil.copytree(ROOT / "solutions", served / "solutions", ignore=shutil.ignore_patterns(".ipynb_checkpoints"))
+    env = jupyter_env(base / "jupyter")
+    env["COURSE_EXCHANGE"] = str(base / "exchange")
+    lab = Lab(base, ["--instructor", "--notebook-dir", str(served), "--grades", str(served / "grades")], env, timeout=900)
+    lab.base, lab.served, lab.env = base, served, env
+    yield lab
+    lab.stop()
+
+
+def test_formgrader_lists_every_lesson(browser, instructor):
+    """The instructor lab's formgrader lists every lesson, with its points, on the gradebook that
+    `course grade --out` writes; a graded submission shows up in it."""
+    lesson = LESSONS[0]
+    subs = instructor.base / "submissions" / "alice" / lesson
+    subs.mkdir(parents=True)
+    shutil.copy(ROOT / "solutions" / lesson / f"{lesson}.ipynb", subs / f"{lesson}.ipynb")
+    from course.tools import sandbox
+
+    unsafe = [] if sandbox.available()[0] else ["--unsafe-no-sandbox"]
+    run = subprocess.run([sys.executable, "-m", "course.tools.cli", "grade", str(instructor.base / "submissions"),
+                          "--out", str(instructor.served / "grades"), "--jobs", "1", *unsafe],
+                         cwd=ROOT, env=instructor.env, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+    with watched_page(browser, "formgrader", instructor) as w:
+        page = w.page
+        page.goto(f"{instructor.url}/formgrader?token={TOKEN}")
+        table = page.locator("#main-table")
+        table.get_by_text(LESSONS[-1]).first.wait_for(timeout=60_000)
+        text = table.inner_text()
+        missing = [l for l in LESSONS if l not in text]
+        w.check(not missing, f"the formgrader does not list {missing}")
+        row = table.locator("tr", has_text=lesson)
+        w.check("1" in row.locator("td").nth(8).inner_text(), f"{lesson} shows no submission: {row.inner_text()}")
+        _docs_shot(page, "formgrader.png")
+        page.goto(f"{instructor.url}/formgrader/gradebook?token={TOKEN}")
+        grades = page.locator("#main-table")
+        grades.get_by_text(LESSONS[-1]).first.wait_for(timeout=60_000)
+        text = grades.inner_text()
+        points = re.search(rf"{lesson}\s+\S+\s+([\d.]+)\s*/\s*([\d.]+)", text)
+        w.check(points and float(points.group(2)) > 0 and float(points.group(1)) == float(points.group(2)),
+                f"the gradebook shows no full score for alice on {lesson}:\n{text[:600]}")
+        page.goto(f"{instructor.url}/lab/tree/solutions/{lesson}/{lesson}.ipynb?token={TOKEN}&reset")
+        page.wait_for_function(JS_CURRENT, arg=f"solutions/{lesson}/{lesson}.ipynb", timeout=120_000)
+        instructor.close_sessions()
