@@ -14,7 +14,7 @@ def test_documents_deterministic_and_well_formed():
         assert all(w in vocab for s in doc for w in s), doc
 
 
-def test_sentence_b_names_sentence_a_noun_and_keeps_its_polarity():
+def test_both_sentences_name_the_noun_and_agree_in_polarity():
     def polarity(sentence):                       # the opinion at the end: [negator] word "."
         word = sentence[-2]
         sign = 1 if word in tweets.POSITIVE else -1 if word in tweets.NEGATIVE else 0
@@ -23,15 +23,24 @@ def test_sentence_b_names_sentence_a_noun_and_keeps_its_polarity():
     docs = documents.generate(500, seed=1)
     nouns = set(documents.NOUNS)
     for a, b in docs:
-        noun_a = [w for w in a if w in nouns]
-        assert noun_a and noun_a[0] in b
-        assert polarity(b) != 0
-        if "and" in a:
+        noun_a = [w for w in a if w in nouns and w not in ("book", "train")]
+        noun_b = [w for w in b if w in nouns and w not in ("book", "train")]
+        if noun_a and noun_b:
+            assert noun_a[-1] == noun_b[-1]
+        if polarity(a) and polarity(b):
             assert polarity(a) == polarity(b)
-    negated = sum(b[-3] in tweets.NEGATORS for _, b in docs) / len(docs)
+    with_opinion = [s for d in docs for s in d if polarity(s)]
+    assert 0.7 < len(with_opinion) / 1000 < 0.95
+    negated = sum(s[-3] in tweets.NEGATORS for s in with_opinion) / len(with_opinion)
     assert 0.25 < negated < 0.45
-    verbs = [b for _, b in docs if "book" in b[:5] or "train" in b[:5]]
-    assert verbs                                  # the homonyms appear in their verb sense too
+    # a sentence's form does not give its place away: forms open and continue documents alike
+    verbs = {v for vs in documents.NOUNS.values() for v in vs}
+    assert abs(sum(a[0] in verbs for a, _ in docs) - sum(b[0] in verbs for _, b in docs)) < 60
+    # the homonyms appear in both senses
+    assert any("book" in s and ("flight" in s or "hotel" in s) for d in docs for s in d)
+    assert any("book" in s and "library" in s for d in docs for s in d)
+    assert any("train" in s and ("match" in s or "game" in s) for d in docs for s in d)
+    assert any("train" in s and "station" in s for d in docs for s in d)
 
 
 def test_vocab_specials_and_tweet_words():
@@ -43,7 +52,7 @@ def test_vocab_specials_and_tweet_words():
 
 def test_encode_pairs_layout():
     vocab = documents.make_vocab()
-    a, b = ["i", "had", "the", "coffee", "."], ["the", "coffee", "was", "great", "."]
+    a, b = ["drank", "the", "coffee", "at", "."], ["the", "coffee", "cafe", "great", "."]
     ids, seg, real = documents.encode_pairs([(a, b, True), ["hello"]], vocab)
     assert ids.shape == seg.shape == real.shape == (2, 13)
     assert ids[0, 0] == documents.CLS and ids[0, 6] == documents.SEP and ids[0, 12] == documents.SEP

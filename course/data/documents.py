@@ -1,24 +1,30 @@
 """Generated two-sentence documents for pre-training a small BERT (lesson 10), offline and seeded.
 
-Each document is two sentences about one thing, with one opinion about it::
+Each document is two short, post-like sentences about one thing, with an opinion::
 
-    we watched the movie at the cinema on friday and it was not boring .      <- sentence A
-    the plot of the movie was brilliant .                                      <- sentence B
+    watched the movie at cinema not boring .        <- sentence A
+    plot of the movie brilliant .                   <- sentence B
 
-The documents are built so that both of BERT's pre-training tasks can be learned **from content**:
+Seven topics (food, travel, media, sport, tech, work, outdoors) each have nouns, the verbs that go
+with each noun, places and attributes (*coffee, drank, cafe, taste*). A sentence is a few of its
+noun's topic words in one of a few orders, usually followed by an opinion. The documents are built
+so that both of BERT's pre-training tasks can be learned **from content**:
 
-* **next sentence prediction**: sentence B talks about the same noun as sentence A (or, for the
-  homonyms below, about the noun's own activity), and B's opinion has the same polarity as A's.
-  A sentence B taken from another document almost always names another noun (about 1 in 20 share
-  it) and disagrees in polarity half of the time, so "does B follow A?" can be answered by looking
-  at A and B together -- not by looking at B alone, which is the same kind of sentence either way;
-* **masked words**: a masked noun in B can be copied from A; a masked verb follows from its noun
-  ("read the book", "missed the bus"); a masked opinion word's polarity follows from the other
-  sentence, **through negation**: "it was not boring" is positive, so B's word is a positive one.
+* **next sentence prediction**: both sentences are about the same noun (so the same topic) and their
+  opinions agree in polarity. Every sentence form can open or continue a document, so B alone says
+  nothing; a B taken from another document is about another topic 6 times in 7, so "does B follow
+  A?" is answered by looking at A and B together;
+* **masked words**: a masked noun can be copied from the other sentence; a verb, place or attribute
+  follows from the topic; a masked opinion word's polarity follows from the other sentence's opinion,
+  **through negation**: "not boring" is positive, so the hidden word is a positive one.
 
-Two words are homonyms, one vector in the embedding table but two meanings: *book* (a thing you
-read; to book a flight or a hotel) and *train* (a thing you take; the team will train). The lesson
-uses them to show static vs contextual vectors.
+Topic words are dense on purpose: with long, function-word-heavy sentences a 2-layer, 64-wide BERT
+stays at chance on next-sentence prediction for well over a thousand steps (measured while writing
+the lesson), because the [CLS] position first has to learn where to look.
+
+Two words are homonyms, one row of the embedding table but two meanings: *book* (a thing you read;
+to book a flight or a hotel) and *train* (a thing you take; to train for a match or a game). The
+lesson uses them to show static vs contextual vectors.
 
 The vocabulary (:func:`make_vocab`) is a :class:`course.data.tweets.Vocab` with BERT's special
 tokens and every word of the documents **and** of lesson 01's tweets (plus the negators), so a
@@ -45,37 +51,27 @@ SPECIALS = ("[CLS]", "[SEP]", "[MASK]")
 
 # topic -> (its nouns with the verbs that go with each, its "attribute" words)
 TOPICS = {
-    "food": ({"coffee": ("had", "made", "ordered"), "tea": ("had", "made", "ordered"),
-              "pizza": ("ate", "ordered", "made"), "dinner": ("had", "cooked", "skipped"),
-              "lunch": ("had", "ate", "skipped")}, ("taste", "price", "portion")),
-    "travel": ({"bus": ("took", "missed", "caught"), "train": ("took", "missed", "caught"),
-                "flight": ("took", "missed", "booked"), "hotel": ("booked", "found", "picked")},
-               ("seats", "staff", "delay")),
-    "media": ({"movie": ("watched", "saw"), "show": ("watched", "saw"), "song": ("heard", "played"),
-               "album": ("heard", "bought"), "book": ("read", "bought", "finished")}, ("plot", "ending", "music")),
-    "sport": ({"game": ("played", "watched", "won"), "match": ("played", "watched", "won")},
-              ("score", "crowd", "referee")),
-    "tech": ({"phone": ("bought", "dropped", "fixed"), "laptop": ("bought", "fixed", "dropped"),
-              "app": ("tried", "installed", "used")}, ("battery", "screen", "design")),
-    "work": ({"meeting": ("had", "missed", "skipped"), "class": ("had", "missed", "skipped")},
-             ("teacher", "slides", "topic")),
-    "outdoors": ({"beach": ("visited", "found", "reached"), "park": ("visited", "found", "reached")},
-                 ("view", "sand", "trees")),
+    "food": ({"coffee": ("drank", "ordered"), "tea": ("drank", "brewed"), "pizza": ("ate", "baked"),
+              "dinner": ("cooked", "ate"), "lunch": ("ate", "cooked")}, ("taste", "price", "portion")),
+    "travel": ({"bus": ("took", "missed"), "train": ("took", "missed"), "flight": ("book", "missed"),
+                "hotel": ("book", "picked")}, ("seats", "staff", "delay")),
+    "media": ({"movie": ("watched", "streamed"), "show": ("watched", "streamed"), "song": ("heard", "played"),
+               "album": ("heard", "played"), "book": ("read", "finished")}, ("plot", "ending", "music")),
+    "sport": ({"game": ("won", "train"), "match": ("lost", "train")}, ("score", "crowd", "referee")),
+    "tech": ({"phone": ("bought", "charged"), "laptop": ("bought", "fixed"), "app": ("installed", "updated")},
+             ("battery", "screen", "design")),
+    "work": ({"meeting": ("attended", "skipped"), "class": ("attended", "skipped")}, ("teacher", "slides", "topic")),
+    "outdoors": ({"beach": ("visited", "explored"), "park": ("visited", "explored")}, ("view", "sand", "trees")),
 }
-PLACES = {"food": ("at the cafe", "in the kitchen"), "travel": ("at the station", "at the airport"),
-          "media": ("at the cinema", "at the library"), "sport": ("at the stadium", "at the gym"),
-          "tech": ("at the shop", "at the mall"), "work": ("at the office", "at the campus"),
-          "outdoors": ("at the coast", "in the garden")}
+PLACES = {"food": ("cafe", "kitchen"), "travel": ("station", "airport"), "media": ("cinema", "library"),
+          "sport": ("stadium", "gym"), "tech": ("shop", "mall"), "work": ("office", "campus"),
+          "outdoors": ("coast", "garden")}
 NOUNS = {noun: verbs for nouns, _ in TOPICS.values() for noun, verbs in nouns.items()}
 TOPIC_OF = {noun: topic for topic, (nouns, _) in TOPICS.items() for noun in nouns}
-SUBJECTS = ("i", "we", "my mom", "my friends", "the team", "she", "he", "they")
-WHEN = ("today", "tonight", "on monday", "on friday", "this morning", "this weekend", "last week", "again")
 NEGATORS = tweets.NEGATORS
 # B sentences that use the homonyms in their other meaning (the verb "book", the verb "train")
 HOMONYMS = {"book": "a thing you read (noun) / to book a flight or a hotel (verb)",
-            "train": "a thing you take (noun) / the team will train (verb)"}
-_VERB_BOOK = ("flight", "hotel")
-_VERB_TRAIN = ("game", "match")
+            "train": "a thing you take (noun) / to train for a match or a game (verb)"}
 
 
 def _opinion(rng: random.Random, polarity: int, p_negate: float) -> list[str]:
@@ -86,33 +82,38 @@ def _opinion(rng: random.Random, polarity: int, p_negate: float) -> list[str]:
     return [rng.choice(tweets.POSITIVE if polarity > 0 else tweets.NEGATIVE)]
 
 
-def _sentence_b(rng: random.Random, noun: str, opinion: list[str]) -> list[str]:
-    attribute = rng.choice(TOPICS[TOPIC_OF[noun]][1])
-    r = rng.random()
-    if noun in _VERB_BOOK and r < 0.3:
-        return ["next", "time", "we", "book", "the", noun, "early", "the", attribute, "was"] + opinion + ["."]
-    if noun in _VERB_TRAIN and r < 0.3:
-        return ["the", "team", "will", "train", "for", "the", "next", noun, "the", attribute, "was"] + opinion + ["."]
-    templates = (
-        ["the", attribute, "of", "the", noun, "was"] + opinion,
-        ["honestly", "the", noun, "and", "its", attribute, "were"] + opinion,
-        ["i", "think", "the", attribute, "of", "the", noun, "is"] + opinion,
-        ["everyone", "said", "the", noun, "was"] + opinion,
-    )
-    return rng.choice(templates) + ["."]
+def _sentence(rng: random.Random, noun: str, polarity: int, p_opinion: float, p_negate: float) -> list[str]:
+    """One short, post-like sentence about ``noun``: a verb, the noun, a place and an attribute of its topic
+    (in one of a few orders, some left out), then usually an opinion. Every form can open or continue a document."""
+    topic = TOPIC_OF[noun]
+    verb, place, attribute = rng.choice(NOUNS[noun]), rng.choice(PLACES[topic]), rng.choice(TOPICS[topic][1])
+    words = rng.choice((
+        [verb, "the", noun, "at", place],
+        ["the", noun, "at", place, attribute],
+        [attribute, "of", "the", noun],
+        [verb, noun, attribute, place],
+        [place, noun, attribute],
+    ))
+    if rng.random() < p_opinion:
+        words = words + _opinion(rng, polarity, p_negate)
+    return words + ["."]
 
 
-def generate(n: int, *, seed: int = 0, p_opinion_a: float = 0.7, p_negate: float = 0.35) -> list[list[list[str]]]:
+def generate(n: int, *, seed: int = 0, p_opinion: float = 0.8, p_negate: float = 0.35) -> list[list[list[str]]]:
     """``n`` two-sentence documents, each a list of two sentences, each a list of words.
+
+    Both sentences are about the same noun (so the same topic) and agree in polarity; each is drawn
+    from the same set of templates, so B alone does not tell whether it follows A.
 
     Args:
         n: number of documents.
         seed: the same seed always gives the same documents (Python's ``random.Random``).
-        p_opinion_a: probability that sentence A states an opinion too ("... and it was not boring").
+        p_opinion: probability that a sentence of the narrative form ("we drank the coffee ...") also
+            states the opinion ("... and it was not boring"); the other forms always do.
         p_negate: probability that an opinion is negated ("not boring" instead of "great").
 
     Returns:
-        ``documents[d] = [sentence_a, sentence_b]`` with ``sentence = ["we", "watched", ...]``.
+        ``documents[d] = [sentence_a, sentence_b]`` with ``sentence = ["we", "drank", ...]``.
     """
     rng = random.Random(seed)
     nouns = sorted(NOUNS)
@@ -120,13 +121,7 @@ def generate(n: int, *, seed: int = 0, p_opinion_a: float = 0.7, p_negate: float
     for _ in range(n):
         noun = rng.choice(nouns)
         polarity = rng.choice((1, -1))
-        a = rng.choice(SUBJECTS).split() + [rng.choice(NOUNS[noun]), "the", noun]
-        a += rng.choice(PLACES[TOPIC_OF[noun]]).split() + rng.choice(WHEN).split()
-        if rng.random() < p_opinion_a:
-            a += ["and", "it", "was"] + _opinion(rng, polarity, p_negate)
-        a.append(".")
-        b = _sentence_b(rng, noun, _opinion(rng, polarity, p_negate))
-        docs.append([a, b])
+        docs.append([_sentence(rng, noun, polarity, p_opinion, p_negate) for _ in range(2)])
     return docs
 
 
@@ -134,10 +129,9 @@ def make_vocab() -> tweets.Vocab:
     """BERT's specials, then every word of the documents and of lesson 01's tweets (with the negators)."""
     words = list(SPECIALS) + list(tweets.FILLER) + list(tweets.POSITIVE) + list(tweets.NEGATIVE) + list(NEGATORS)
     words += sorted(NOUNS) + sorted({v for verbs in NOUNS.values() for v in verbs})
-    words += [w for s in SUBJECTS + WHEN for w in s.split()]
     words += [w for _, attributes in TOPICS.values() for w in attributes]
-    words += [w for places in PLACES.values() for place in places for w in place.split()]
-    words += "and it was . next time we book early the team will train for honestly i think is everyone said of its were".split()
+    words += [place for places in PLACES.values() for place in places]
+    words += ["the", "at", "of", "."]
     vocab = tweets.Vocab(words)
     assert [vocab.stoi[s] for s in SPECIALS] == [CLS, SEP, MASK]
     return vocab
