@@ -167,6 +167,7 @@ def main(argv=None):
               "max_logit_diff_at_init": diff, "torch": torch.__version__}
     for name in rates:
         result[f"tokens_per_s_{name}"] = statistics.median(rates[name])
+        result[f"rounds_tokens_per_s_{name}"] = rates[name]
     result["ratio"] = result["tokens_per_s_ours"] / result["tokens_per_s_theirs"]
     print(f"tokens/s: lesson GPT {result['tokens_per_s_ours']:,.0f}   transformers GPT2LMHeadModel (sdpa) "
           f"{result['tokens_per_s_theirs']:,.0f}   ratio {result['ratio']:.2f}x  (median of {args.rounds} rounds of {steps} steps)")
