@@ -6,8 +6,6 @@ import importlib.metadata as md
 import json
 import os
 import platform
-import shutil
-import subprocess
 import sys
 import time
 from pathlib import Path
