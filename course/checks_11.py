@@ -85,4 +85,3 @@ def check_vit_matches(cls, cfg: dict, images: torch.Tensor, generator: torch.Gen
     logits = checks.call(model, images, what="ViT.forward")
     checks.check_close(logits, want_logits, f"your ViT's logits {what}", atol=1e-5,
                        hint="the head reads the class token, at index 0 of the normalised hidden states.")
-    return model
