@@ -76,8 +76,12 @@ def ensure_exchange(path: Path) -> Path:
     return path
 
 
-def _config_dir(kind: str) -> Path:
-    """A folder for this kind of lab's generated configuration (rewritten at every start)."""
+def _config_dir(kind: str, *settings) -> Path:
+    """A folder for this kind of lab's generated configuration (rewritten at every start), one per set
+    of settings: labs running side by side with different exchanges never read each other's."""
+    import hashlib
+
+    kind = f"{kind}-{hashlib.sha1(repr(settings).encode()).hexdigest()[:10]}"
     base = state_dir() / "lab"
     try:
         base.mkdir(parents=True, exist_ok=True)
@@ -107,7 +111,7 @@ def _nbgrader_lines(exchange: Path, cid: str) -> list[str]:
 def learner_config(exchange: Path, cid: str) -> Path:
     """The learner's configuration folder: nbgrader knows the course and its exchange; the
     instructor's panels are off."""
-    folder = _config_dir("learner")
+    folder = _config_dir("learner", str(exchange), cid)
     (folder / "nbgrader_config.py").write_text("\n".join(_nbgrader_lines(exchange, cid)) + "\n", encoding="utf-8")
     (folder / "labconfig" / "page_config.json").write_text(
         json.dumps({"disabledExtensions": {p: True for p in LEARNER_DISABLED_PLUGINS}}, indent=1), encoding="utf-8")
@@ -133,7 +137,7 @@ def prepare_gradebook(grades: Path, exchange: Path, cid: str, lessons=None, *, q
 
 def instructor_config(grades: Path, exchange: Path, cid: str) -> Path:
     """The instructor's configuration folder: nbgrader's course root is the grading workspace."""
-    folder = _config_dir("instructor")
+    folder = _config_dir("instructor", str(grades), str(exchange), cid)
     lines = ["# Written by `course lab --instructor` at every start.", "c = get_config()  # noqa: F821",
              f"load_subconfig({str(grades / 'nbgrader_config.py')!r})"]
     (folder / "nbgrader_config.py").write_text("\n".join(lines) + "\n", encoding="utf-8")
