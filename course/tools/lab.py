@@ -108,11 +108,15 @@ def _nbgrader_lines(exchange: Path, cid: str) -> list[str]:
     ]
 
 
-def learner_config(exchange: Path, cid: str) -> Path:
-    """The learner's configuration folder: nbgrader knows the course and its exchange; the
-    instructor's panels are off."""
-    folder = _config_dir("learner", str(exchange), cid)
-    (folder / "nbgrader_config.py").write_text("\n".join(_nbgrader_lines(exchange, cid)) + "\n", encoding="utf-8")
+def learner_config(exchange: Path, cid: str, serve: Path) -> Path:
+    """The learner's configuration folder: nbgrader knows the course and its exchange, and fetches
+    lessons into the folder JupyterLab serves; the instructor's panels are off."""
+    folder = _config_dir("learner", str(exchange), cid, str(serve))
+    lines = _nbgrader_lines(exchange, cid)
+    # nbgrader resolves a relative assignment folder against the server's working directory, not the
+    # folder it serves: name it, or a fetched lesson lands wherever `course lab` was started.
+    lines[-1] = f"c.Exchange.assignment_dir = {str(serve)!r}"
+    (folder / "nbgrader_config.py").write_text("\n".join(lines) + "\n", encoding="utf-8")
     (folder / "labconfig" / "page_config.json").write_text(
         json.dumps({"disabledExtensions": {p: True for p in LEARNER_DISABLED_PLUGINS}}, indent=1), encoding="utf-8")
     (folder / "jupyter_server_config.json").write_text(
@@ -185,11 +189,12 @@ def lab_command(*, instructor: bool = False, notebook_dir: str | None = None, ex
         config = instructor_config(ws.path, exchange_path, cid)
         default_folder = root()
     else:
-        config = learner_config(exchange_path, cid)
         default_folder = root() / "notebooks"
     serve = Path(folder).expanduser().resolve() if folder else default_folder
     if not serve.is_dir():
         raise SystemExit(f"course lab: {serve} is not a folder")
+    if not instructor:
+        config = learner_config(exchange_path, cid, serve)
     if instructor and not ws.path.is_relative_to(serve):
         raise SystemExit(f"course lab: the grading workspace {ws.path} must be inside the folder JupyterLab serves "
                          f"({serve}), or the formgrader cannot open its notebooks. Serve a folder that holds both "
