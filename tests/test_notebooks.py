@@ -30,7 +30,7 @@ GRADED_API = {
     "05_self_attention": ["scaled_dot_product_attention", "causal_mask", "padding_mask", "SelfAttention"],
     "06_multi_head_attention": ["split_heads", "merge_heads", "MultiHeadAttention"],
     "07_transformer_block": ["sinusoidal_encoding", "offset_matrix", "LayerNorm", "FeedForward", "EncoderBlock"],
-    "08_transformer": ["DecoderBlock", "Transformer", "greedy_decode", "beam_search", "average_checkpoints"],
+    "08_transformer": ["DecoderBlock", "Transformer", "translation_loss", "greedy_decode", "beam_search", "average_checkpoints"],
     "09_language_model": ["lm_loss", "sample_next", "CausalSelfAttention", "Block", "GPT"],
     "10_bert": ["mask_tokens", "make_nsp_pairs", "BertEmbeddings", "Bert"],
     "11_vit": ["patchify", "PatchEmbedding", "ViT"],

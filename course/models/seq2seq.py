@@ -1,4 +1,4 @@
-"""A GRU encoder-decoder for translation, with a pluggable cross-attention module (lessons 02 and 03; 08, coming, compares with it).
+"""A GRU encoder-decoder for translation, with a pluggable cross-attention module (lessons 02 and 03; lesson 08 compares its Transformer with it).
 
 The model follows Cho et al. (2014) and Bahdanau et al. (2015), in the seeds' notation:
 
