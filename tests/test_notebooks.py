@@ -33,7 +33,7 @@ GRADED_API = {
     "08_transformer": ["DecoderBlock", "Transformer", "translation_loss", "greedy_decode", "beam_search", "average_checkpoints"],
     "09_language_model": ["lm_loss", "sample_next", "CausalSelfAttention", "Block", "GPT"],
     "10_bert": ["mask_tokens", "make_nsp_pairs", "BertEmbeddings", "Bert"],
-    "11_vit": ["patchify", "PatchEmbedding", "ViT"],
+    "11_vit": ["patchify", "PatchEmbedding", "ViTEmbeddings", "ViT"],
     "12_efficient_attention": ["chunked_attention", "repeat_kv"],
 }
 
