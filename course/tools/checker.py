@@ -14,7 +14,7 @@ from pathlib import Path
 
 import nbformat
 
-from course.tools.workspace import tool_environment
+from course.tools.lab import tool_environment
 
 __all__ = ["TestOutcome", "check_notebook"]
 

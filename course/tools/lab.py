@@ -41,6 +41,15 @@ ROOT_DIR_OPTIONS = ("--notebook-dir", "--ServerApp.root_dir", "--ServerApp.noteb
                     "--root-dir")
 
 
+def tool_environment() -> None:
+    """Make nbgrader's helper programs (alembic) and the venv's kernel findable from any shell.
+    (Here, not in workspace.py, because learners' copies from `course dist` have no workspace.py.)"""
+    bindir = str(Path(sys.executable).parent)
+    path = os.environ.get("PATH", "")
+    if bindir not in path.split(os.pathsep):
+        os.environ["PATH"] = bindir + os.pathsep + path
+
+
 def state_dir() -> Path:
     return root() / ".state"
 
@@ -177,8 +186,6 @@ def lab_command(*, instructor: bool = False, notebook_dir: str | None = None, ex
                 port: int | None = None, ip: str | None = None, token: str | None = None,
                 no_browser: bool = False) -> tuple[list[str], dict[str, str], Path]:
     """The ``jupyter lab`` command line, its environment and the folder it serves."""
-    from course.tools.workspace import tool_environment
-
     tool_environment()
     from_extra, extra = split_root_dir(list(extra or []))
     folder = notebook_dir or from_extra

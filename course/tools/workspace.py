@@ -15,6 +15,7 @@ import shutil
 import sys
 from pathlib import Path
 
+from course.tools.lab import tool_environment
 from course.tools.lessons import root as course_root
 
 __all__ = ["Workspace", "tool_environment"]
@@ -28,14 +29,6 @@ c.Execute.timeout = {timeout}
 c.CourseDirectory.course_id = {course_id!r}
 c.Exchange.root = {exchange!r}
 '''
-
-
-def tool_environment() -> None:
-    """Make nbgrader's helper programs (alembic) and the venv's kernel findable from any shell."""
-    bindir = str(Path(sys.executable).parent)
-    path = os.environ.get("PATH", "")
-    if bindir not in path.split(os.pathsep):
-        os.environ["PATH"] = bindir + os.pathsep + path
 
 
 class Workspace:
