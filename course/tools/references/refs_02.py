@@ -79,6 +79,7 @@ def check_additive(att, query, keys, values, mask, d_hidden: int, what: str, *, 
     params = {k: v for k, v in checks.call(att.state_dict, what="AdditiveAttention.state_dict").items()
               if v.is_floating_point()}
     context, weights = checks.call(att, query, keys, values, mask, what="AdditiveAttention.forward")
+    context, weights = context.detach(), weights.detach()   # in a learner's kernel they carry autograd history
     candidates = additive_candidates(params, query, keys, values, mask, d_hidden)
     checks.check(candidates, "I could not read W and v among your parameters: keep W as nn.Linear(d_query + d_key, "
                              "d_hidden) on [query || key] (or two maps nn.Linear(d_query, d_hidden) and "
