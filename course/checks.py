@@ -48,7 +48,7 @@ def call(fn: Callable, *args, what: str | None = None, **kwargs):
     try:
         return fn(*args, **kwargs)
     except NotImplementedError:
-        raise AssertionError(f"{name} is not implemented yet: replace `raise NotImplementedError()` with your code.") from None
+        raise AssertionError(f"{name} is not implemented yet: replace the `raise NotImplementedError(...)` line with your code.") from None
 
 
 def check_type(value, kind, what: str) -> None:
