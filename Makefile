@@ -25,7 +25,7 @@ export HF_HUB_OFFLINE      := 1
 export PYTHONDONTWRITEBYTECODE := 1
 $(shell mkdir -p $(JUPYTER_CONFIG_DIR) $(JUPYTER_DATA_DIR) $(JUPYTER_RUNTIME_DIR) $(IPYTHONDIR) $(MPLCONFIGDIR) $(TORCH_HOME) $(HF_HOME) $(XDG_CACHE_HOME))
 
-.PHONY: setup run test lab instructor release grade doctor clean workshop-release workshop-collect workshop-grade workshop-return workshop-status
+.PHONY: setup run test lab instructor release grade doctor gpu clean workshop-release workshop-collect workshop-grade workshop-return workshop-status
 
 setup: $(STAMP)
 
@@ -66,6 +66,11 @@ grade: $(STAMP)
 
 doctor: $(STAMP)
 	$(BIN)/course doctor
+
+# The GPU checklist (bench/gpu.sh): every lesson's full profile and the benchmarks, one report.
+GPU_OUT ?= results/gpu
+gpu: $(STAMP)
+	bench/gpu.sh $(GPU_OUT)
 
 clean:
 	rm -rf $(STATE) results autograde/workspace .pytest_cache

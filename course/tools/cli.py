@@ -16,6 +16,13 @@ def _cmd_run(args) -> int:
     from course.tools.lessons import resolve
     from course.tools.runner import run_lessons
 
+    from course.config import DeviceError, resolve_device
+
+    try:
+        resolve_device(args.device)    # a wrong --device is one clear line, before any notebook starts
+    except DeviceError as exc:
+        print(f"course run: {exc}\n(pass --device auto or --device cpu)", file=sys.stderr)
+        return 2
     results = run_lessons(resolve(args.lessons), Path(args.out), profile=args.profile, device=args.device,
                           seed=args.seed, timeout=args.timeout)
     return 0 if all(r.status == "passed" for r in results) else 1
@@ -85,7 +92,7 @@ def _cmd_dist(args) -> int:
 def _cmd_doctor(args) -> int:
     from course.tools.doctor import doctor
 
-    return 1 if doctor() else 0
+    return 1 if doctor(Path(args.json) if args.json else None) else 0
 
 
 def _cmd_lab(args) -> int:
@@ -188,6 +195,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     d = sub.add_parser("doctor", help="versions, device, and whether Jupyter/nbgrader are set up",
                        description="Print versions, the device (CUDA name and memory), and check the kernel and extensions.")
+    d.add_argument("--json", metavar="OUT", help="also write what was measured to this JSON file")
     d.set_defaults(func=_cmd_doctor)
 
     lab = sub.add_parser("lab", help="start JupyterLab for a learner (notebooks/) or an instructor (--instructor)",
