@@ -97,7 +97,8 @@ class TableModel(nn.Module):
         return torch.log_softmax(scores, dim=-1)
 
     def forward(self, src, tgt, src_mask=None):
-        return self.decode(tgt, self.encode(src, src_mask), src_mask)
+        memory = self.encode(src, src_mask)
+        return self.decode(tgt, memory, src_mask)
 
 
 def length_penalty_model() -> TableModel:

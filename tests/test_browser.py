@@ -147,7 +147,13 @@ class Lab:
 
     def problems(self) -> list[str]:
         """Tracebacks and errors in the server log (and nbgrader's 'no config' warning)."""
-        text = self.log()
+        # A kernel being shut down (the test closes its session) may print, on its way out, ipykernel's
+        # "Exception ignored in: <coroutine object Kernel.dispatch_control ...>" ... "Event loop is
+        # closed": a shutdown race inside ipykernel, after the learner's work is over. Only that exact
+        # block is forgiven; any other traceback fails the test.
+        text = re.sub(r"Exception ignored in: <coroutine object Kernel\.dispatch_control[^\n]*\n"
+                      r"Traceback \(most recent call last\):\n(?:[ \t][^\n]*\n)*RuntimeError: Event loop is closed\n?",
+                      "", self.log())
         bad = [l for l in text.splitlines()
                if "Traceback" in l or l.startswith("[E ") or "No nbgrader_config.py file found" in l]
         return bad

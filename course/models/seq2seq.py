@@ -274,7 +274,7 @@ class Seq2Seq(nn.Module):
         states, final = self.encoder(src, src_mask)
         s = self.decoder.init_state(final)
         y = torch.full((B,), bos_id, dtype=torch.long, device=src.device)
-        done = torch.zeros(B, dtype=torch.bool, device=src.device)
+        done = torch.zeros(B, device=src.device, dtype=torch.bool)   # rows that have produced EOS
         tokens, weights = [], []
         for _ in range(max_len):
             logits, s, w = self._decode(y, s, states, src_mask, final)
