@@ -8,6 +8,7 @@ filled with the reference solution's code, except the cells a variant replaces.
 from __future__ import annotations
 
 import importlib.util
+import os
 import json
 import re
 import textwrap
@@ -56,14 +57,25 @@ def write_submission(folder: Path, student: str, lesson: str, nb) -> Path:
     return path
 
 
-def load_planted() -> dict[str, dict]:
-    """lesson id -> VARIANTS, from every tests/planted/<lesson>.py."""
+def load_planted(everything: bool | None = None) -> dict[str, dict]:
+    """lesson id -> VARIANTS, from every tests/planted/<lesson>.py.
+
+    A bank may name variants in ``EXTENDED``: further bugs and styles, graded only when
+    ``COURSE_PLANTED=all`` (or ``everything=True``), so that `make test` stays within its time budget
+    while the whole bank remains one command away: ``COURSE_PLANTED=all pytest tests/test_grading.py``.
+    """
+    if everything is None:
+        everything = os.environ.get("COURSE_PLANTED", "") == "all"
     found = {}
     for path in sorted(PLANTED.glob("[0-9]*.py")):
         spec = importlib.util.spec_from_file_location(f"planted_{path.stem}", path)
         mod = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(mod)
-        found[mod.LESSON] = mod.VARIANTS
+        extended = set(getattr(mod, "EXTENDED", ()))
+        unknown = extended - set(mod.VARIANTS)
+        if unknown:
+            raise ValueError(f"{path.name}: EXTENDED names no variant: {sorted(unknown)}")
+        found[mod.LESSON] = {k: v for k, v in mod.VARIANTS.items() if everything or k not in extended}
     return found
 
 

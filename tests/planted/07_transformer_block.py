@@ -358,3 +358,10 @@ VARIANTS = {
                                                      "test_encoder_block_matches_torch_pre_norm"]},
     "block_float_mask_style": {"replace": {"EncoderBlock": BLOCK_FLOAT_MASK_STYLE}, "must_fail": []},
 }
+
+# Graded only with COURSE_PLANTED=all (tests/planting.py): further variants of bugs the core bank already
+# catches in the same cells, kept runnable without costing `make test` its time budget.
+EXTENDED = [
+    "pe_stack_exp_log_style", "layernorm_hardcoded_eps", "layernorm_mean_of_squares_style",
+    "block_norms_swapped", "block_per_head_mask_head_major", "block_dropout_in_eval_mode",
+]

@@ -472,3 +472,12 @@ VARIANTS = {
                                        "must_fail": ["test_bert_matches_transformers"]},
     "bert_float_mask_functional_style": {"replace": {"Bert": BERT_FLOAT_MASK_STYLE}, "must_fail": []},
 }
+
+# Graded only with COURSE_PLANTED=all (tests/planting.py): further variants of bugs the core bank already
+# catches in the same cells, kept runnable without costing `make test` its time budget.
+EXTENDED = [
+    "mask_labels_on_every_token", "mask_always_mask_token", "mask_hardcoded_mask_id",
+    "mask_random_tokens_from_few_ids", "mask_bernoulli_multinomial_style",
+    "nsp_negatives_from_any_document", "nsp_negative_is_always_a_first_sentence", "nsp_vectorised_shuffled_style",
+    "embeddings_no_layernorm", "bert_pre_norm_layers", "bert_pooler_without_tanh", "bert_gelu_tanh_approximation",
+]

@@ -319,3 +319,11 @@ VARIANTS = {
     "vit_sequential_style": {"replace": {"ViT": VIT_SEQUENTIAL_STYLE}, "must_fail": []},
     "vit_hand_written_block_style": {"replace": {"ViT": VIT_HAND_WRITTEN_BLOCK_STYLE}, "must_fail": []},
 }
+
+# Graded only with COURSE_PLANTED=all (tests/planting.py): further variants of bugs the core bank already
+# catches in the same cells, kept runnable without costing `make test` its time budget.
+EXTENDED = [
+    "patchify_naive_reshape", "patchify_swaps_h_and_w", "patchify_tensor_unfold_style", "patchify_einsum_style",
+    "class_token_appended_at_the_end", "class_token_read_from_index_1", "vit_tanh_approximate_gelu",
+    "vit_no_final_norm", "embeddings_repeat_style", "vit_sequential_style",
+]
