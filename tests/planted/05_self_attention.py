@@ -399,3 +399,10 @@ VARIANTS = {
     "sdpa_logsumexp": {"replace": {"scaled_dot_product_attention": SDPA_LOGSUMEXP}, "must_fail": []},
     "self_attention_loop_over_batch": {"replace": {"SelfAttention": SA_FUSED_QKV_LOOP}, "must_fail": []},
 }
+
+# Graded only with COURSE_PLANTED=all (tests/planting.py): further variants of bugs the core bank already
+# catches in the same cells, kept runnable without costing `make test` its time budget.
+EXTENDED = [
+    "sdpa_nan_on_fully_masked", "self_attention_uses_w_q_thrice", "padding_mask_returns_key_mask_shape",
+    "self_attention_guesses_padding_when_B_equals_T", "sdpa_finfo_min_fill", "masks_with_loops",
+]
