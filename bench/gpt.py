@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import platform
 import re
 import statistics
 import sys
@@ -32,6 +31,9 @@ import torch.nn.functional as F
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from _common import configure, describe  # noqa: E402
 
 from course.oracles.gpt2 import gpt2_config, gpt2_state_dict  # noqa: E402
 
@@ -122,29 +124,9 @@ def main(argv=None):
     ap.add_argument("--peak-tflops", type=float, default=None, help="bf16 dense peak of the GPU, if not recognised")
     args = ap.parse_args(argv)
 
-    device = torch.device("cuda" if args.device == "auto" and torch.cuda.is_available() else
-                          ("cpu" if args.device == "auto" else args.device))
-    if device.type == "cuda" and not torch.cuda.is_available():
-        ap.error("--device cuda was asked for, but PyTorch sees no CUDA GPU")
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    cfg = dict(PRESETS["cuda" if device.type == "cuda" else "cpu"])
-    for key in cfg:
-        if getattr(args, key) is not None:
-            cfg[key] = getattr(args, key)
-    steps = args.steps or (20 if device.type == "cuda" else 5)
-    warmup = args.warmup if args.warmup is not None else (10 if device.type == "cuda" else 2)
-    if device.type == "cuda":
-        torch.backends.cuda.matmul.allow_tf32 = True
-        torch.backends.cudnn.allow_tf32 = True
-
+    device, cfg, steps, warmup = configure(ap, args, PRESETS)
     ours, theirs, diff = build(cfg, device)
-    n_params = sum(p.numel() for p in ours.parameters())
-    n_theirs = sum(p.numel() for p in theirs.parameters())
-    print(f"device {device} ({torch.cuda.get_device_name(device) if device.type == 'cuda' else platform.processor() or 'cpu'}), "
-          f"torch {torch.__version__}, threads {torch.get_num_threads()}")
-    print(f"config {cfg}; parameters: ours {n_params:,}, transformers {n_theirs:,}; "
-          f"max |logits ours - theirs| at init = {diff:.2e}")
+    n_params = describe(device, cfg, ours, theirs, diff)
     steps_of = step_fns(ours, theirs, device)
     gen = torch.Generator().manual_seed(0)
     batch = lambda: torch.randint(0, cfg["vocab"], (cfg["batch"], cfg["block"]), generator=gen).to(device)

@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import platform
 import re
 import statistics
 import sys
@@ -36,6 +35,9 @@ import torch.nn.functional as F
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from _common import configure, describe  # noqa: E402
 
 from course.oracles.vit import to_hf_vit  # noqa: E402
 
@@ -92,29 +94,9 @@ def main(argv=None):
         ap.add_argument(f"--{key.replace('_', '-')}", type=int, default=None, help=f"override the preset's {key}")
     args = ap.parse_args(argv)
 
-    device = torch.device("cuda" if args.device == "auto" and torch.cuda.is_available() else
-                          ("cpu" if args.device == "auto" else args.device))
-    if device.type == "cuda" and not torch.cuda.is_available():
-        ap.error("--device cuda was asked for, but PyTorch sees no CUDA GPU")
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    cfg = dict(PRESETS["cuda" if device.type == "cuda" else "cpu"])
-    for key in cfg:
-        if getattr(args, key) is not None:
-            cfg[key] = getattr(args, key)
-    steps = args.steps or (20 if device.type == "cuda" else 5)
-    warmup = args.warmup if args.warmup is not None else (10 if device.type == "cuda" else 2)
-    if device.type == "cuda":
-        torch.backends.cuda.matmul.allow_tf32 = True
-        torch.backends.cudnn.allow_tf32 = True
-
+    device, cfg, steps, warmup = configure(ap, args, PRESETS)
     ours, theirs, diff = build(cfg, device)
-    n_params = sum(p.numel() for p in ours.parameters())
-    n_theirs = sum(p.numel() for p in theirs.parameters())
-    print(f"device {device} ({torch.cuda.get_device_name(device) if device.type == 'cuda' else platform.processor() or 'cpu'}), "
-          f"torch {torch.__version__}, threads {torch.get_num_threads()}")
-    print(f"config {cfg}; parameters: ours {n_params:,}, transformers {n_theirs:,}; "
-          f"max |logits ours - theirs| at init = {diff:.2e}")
+    n_params = describe(device, cfg, ours, theirs, diff)
 
     amp = lambda: torch.autocast("cuda", dtype=torch.bfloat16, enabled=device.type == "cuda")
     opts = {name: torch.optim.AdamW(m.parameters(), lr=1e-4, fused=device.type == "cuda")
