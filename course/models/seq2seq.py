@@ -53,7 +53,7 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from course.train import History, fit
 
-__all__ = ["Encoder", "Decoder", "LuongDecoder", "Seq2Seq", "train_translator", "translate_pairs", "evaluate", "length_bucket", "cpu_threads"]
+__all__ = ["Encoder", "Decoder", "LuongDecoder", "Seq2Seq", "train_translator", "translate_pairs", "evaluate", "score_by_length", "length_bucket", "cpu_threads"]
 
 
 class Encoder(nn.Module):
@@ -382,6 +382,28 @@ def length_bucket(n: int, edges=(8, 15), low: int = 3) -> str:
 
 
 @torch.no_grad()
+def score_by_length(pairs, hypotheses, edges=(8, 15)) -> dict:
+    """``{"exact_match", "token_accuracy", "bleu", "n", "by_length": {bucket: {...}}}`` (buckets as lesson 02's)."""
+    from course import text_metrics as tm
+
+    refs = [list(p.tgt) for p in pairs]
+
+    def score(idx):
+        if not idx:
+            return {"exact_match": math.nan, "token_accuracy": math.nan, "bleu": math.nan, "n": 0}
+        r, h = [refs[i] for i in idx], [hypotheses[i] for i in idx]
+        return {"exact_match": tm.exact_match(r, h), "token_accuracy": tm.token_accuracy(r, h),
+                "bleu": tm.corpus_bleu(r, h), "n": len(idx)}
+
+    result = score(list(range(len(pairs))))
+    buckets: dict[str, list[int]] = {}
+    for i, p in enumerate(pairs):
+        buckets.setdefault(length_bucket(len(p.src), edges), []).append(i)
+    order = sorted(buckets, key=lambda k: int(k.split("-")[0].rstrip("+")))
+    result["by_length"] = {k: score(buckets[k]) for k in order}
+    return result
+
+
 def evaluate(model: Seq2Seq, data, split="test", *, batch_size: int = 256, max_len: int | None = None, device=None,
              edges=(8, 15)) -> dict:
     """Translate a split greedily and score it, overall and by source length.
@@ -398,26 +420,9 @@ def evaluate(model: Seq2Seq, data, split="test", *, batch_size: int = 256, max_l
         translated word for word, token accuracy the fraction of reference words produced at the
         right position, BLEU the corpus BLEU-4 (0-1 scale) of :mod:`course.text_metrics`.
     """
-    from course import text_metrics as tm
-
     pairs = data.split(split) if isinstance(split, str) else list(split)
     hyps, _ = translate_pairs(model, data, pairs, batch_size=batch_size, max_len=max_len, device=device)
-    refs = [list(p.tgt) for p in pairs]
-
-    def score(idx):
-        r = [refs[i] for i in idx]
-        h = [hyps[i] for i in idx]
-        if not idx:
-            return {"exact_match": math.nan, "token_accuracy": math.nan, "bleu": math.nan, "n": 0}
-        return {"exact_match": tm.exact_match(r, h), "token_accuracy": tm.token_accuracy(r, h),
-                "bleu": tm.corpus_bleu(r, h), "n": len(idx)}
-
-    result = score(list(range(len(pairs))))
-    buckets: dict[str, list[int]] = {}
-    for i, p in enumerate(pairs):
-        buckets.setdefault(length_bucket(len(p.src), edges), []).append(i)
-    order = sorted(buckets, key=lambda k: int(k.split("-")[0].rstrip("+")))
-    result["by_length"] = {k: score(buckets[k]) for k in order}
+    result = score_by_length(pairs, hyps, edges)
     result["hypotheses"] = hyps
     result["pairs"] = pairs
     return result

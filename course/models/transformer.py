@@ -15,13 +15,10 @@ lesson's experiments do *with* them:
 
 from __future__ import annotations
 
-import math
-
 import torch
 from torch import nn
 
-from course import text_metrics as tm
-from course.models.seq2seq import length_bucket
+from course.models.seq2seq import length_bucket, score_by_length  # noqa: F401 - re-exported for lesson 08
 
 __all__ = ["CrossAttentionRecorder", "translate_with", "score_by_length", "GRUCrossAttention"]
 
@@ -88,24 +85,6 @@ def translate_with(decode, model, data, pairs, *, batch_size: int = 256, extra: 
     return out
 
 
-def score_by_length(pairs, hypotheses, edges=(8, 15)) -> dict:
-    """``{"exact_match", "token_accuracy", "bleu", "n", "by_length": {bucket: {...}}}`` (buckets as lesson 02's)."""
-    refs = [list(p.tgt) for p in pairs]
-
-    def score(idx):
-        if not idx:
-            return {"exact_match": math.nan, "token_accuracy": math.nan, "bleu": math.nan, "n": 0}
-        r, h = [refs[i] for i in idx], [hypotheses[i] for i in idx]
-        return {"exact_match": tm.exact_match(r, h), "token_accuracy": tm.token_accuracy(r, h),
-                "bleu": tm.corpus_bleu(r, h), "n": len(idx)}
-
-    result = score(list(range(len(pairs))))
-    buckets: dict[str, list[int]] = {}
-    for i, p in enumerate(pairs):
-        buckets.setdefault(length_bucket(len(p.src), edges), []).append(i)
-    order = sorted(buckets, key=lambda k: int(k.split("-")[0].rstrip("+")))
-    result["by_length"] = {k: score(buckets[k]) for k in order}
-    return result
 
 
 class GRUCrossAttention(nn.Module):
