@@ -18,7 +18,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from course.models.seq2seq import length_bucket, score_by_length  # noqa: F401 - re-exported for lesson 08
+from course.models.seq2seq import score_by_length  # noqa: F401 - re-exported for lesson 08
 
 __all__ = ["CrossAttentionRecorder", "translate_with", "score_by_length", "GRUCrossAttention"]
 
