@@ -8,9 +8,9 @@ intermittent nbclient hang with ipywidgets cells: jupyter/nbclient#312).
 
 from __future__ import annotations
 
-from typing import Callable
-
 import os
+import threading
+from typing import Callable
 
 from course.config import grading
 
@@ -36,7 +36,7 @@ def interact(fn: Callable, **controls) -> None:
             from IPython.display import display
 
             controls = {name: _settled(ipywidgets, control) for name, control in controls.items()}
-            display(ipywidgets.interactive(fn, **controls))
+            display(_one_at_a_time(ipywidgets)(fn, **controls))
             return None
     defaults = {}
     for name, control in controls.items():
@@ -50,6 +50,55 @@ def interact(fn: Callable, **controls) -> None:
             defaults[name] = control
     fn(**defaults)
     return None
+
+
+# One drawing at a time, across every widget of the kernel. JupyterLab (4.4+) sends widget messages on
+# a kernel subshell, a second thread, and ipykernel 7 routes each control's messages to the thread
+# its last echo came from: a control's first change runs on the kernel's main thread, later ones on
+# the subshell's. pyplot keeps one global list of figures, and two things drew into it at once:
+#   * two redraws: one thread's ``plt.show()`` displayed and closed the figure the other had only
+#     just created;
+#   * a redraw and any other widget message: `comm` runs IPython's ``post_execute`` callbacks after
+#     every message, and matplotlib's among them (pyplot's ``draw_all``, matplotlib-inline's
+#     ``flush_figures``) rendered or closed the figure a redraw on the other thread was drawing.
+# Either way the page showed a blank or half-drawn image of the plot's size (lessons 02 and 04 in
+# Chromium; tests/test_widgets_threads.py drives both races at the kernel level). So redraws and the
+# ``post_execute`` callbacks hold this lock. Re-entrant: a redraw may set another control's value,
+# whose redraw then runs on the same thread.
+_DRAWING = threading.RLock()
+
+
+def _one_at_a_time(ipywidgets):
+    """``ipywidgets.interactive`` whose redraws hold :data:`_DRAWING`."""
+
+    class Interactive(ipywidgets.interactive):
+        def update(self, *args):
+            with _DRAWING:
+                return super().update(*args)
+
+    _guard_post_execute()
+    return Interactive
+
+
+def _guard_post_execute() -> None:
+    """Run the kernel's ``post_execute`` callbacks holding :data:`_DRAWING` (once per kernel)."""
+    try:
+        from IPython import get_ipython
+    except ImportError:  # pragma: no cover - comes with ipykernel
+        return
+    events = getattr(get_ipython(), "events", None)
+    if events is None or getattr(events, "_course_drawing_lock", None) is _DRAWING:
+        return
+    trigger = events.trigger
+
+    def trigger_one_at_a_time(event, *args, **kwargs):
+        if event != "post_execute":
+            return trigger(event, *args, **kwargs)
+        with _DRAWING:
+            return trigger(event, *args, **kwargs)
+
+    events.trigger = trigger_one_at_a_time
+    events._course_drawing_lock = _DRAWING
 
 
 def _settled(ipywidgets, control):
