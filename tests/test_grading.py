@@ -76,8 +76,12 @@ def _feedback_problems(student: str, result: dict, hidden: set[str]) -> list[str
 def test_grading_round_trip(lesson, tmp_path):
     """Reference: full marks. Untouched: zero, graded. Each bug: loses points where it should.
     Each alternative style: full marks. Feedback: messages shown, hidden test code never."""
-    proc, results, _ = grade_bank(lesson, tmp_path)
+    proc, results, out = grade_bank(lesson, tmp_path)
     problems = []
+    # A copy in nbgrader's submitted/, which the formgrader counts ("# Submissions").
+    kept = {p.parent.parent.name for p in (out / "submitted").glob(f"*/{lesson}/{lesson}.ipynb")}
+    if kept != {student for student, _ in results}:
+        problems.append(f"submitted/ holds {sorted(kept)}, not every graded student")
 
     ref = results[("reference", lesson)]
     if not (ref["status"] == "graded" and ref["max_score"] > 0 and ref["score"] == ref["max_score"]):

@@ -7,6 +7,7 @@ Layout out (``--out DIR``, an nbgrader course root)::
     results.json    every test cell: grade_id, points, max_points, passed, message; status, detail
     feedback/<student>/<lesson>/<lesson>.html   the student's code, outputs and test messages, no hidden test
     autograded/<student>/<lesson>/<lesson>.ipynb the notebook as graded (for the instructor, formgrader)
+    submitted/<student>/<lesson>/<lesson>.ipynb  a copy of each readable submission (the formgrader counts them)
     gradebook.db, source/, release/             nbgrader's own state; scores go into its gradebook
 
 How a submission is graded (see :mod:`course.tools.judge`): its cells run in a sandbox
@@ -364,6 +365,7 @@ def grade(submissions: Path, out: Path, *, timeout: int = 60, lessons: list[str]
                 previous[(r["student"], r["lesson"])] = r
         except (ValueError, KeyError, TypeError):
             previous = {}
+    keep_submitted = submissions != (ws.path / "submitted").resolve()   # `course workshop` grades in place
     lock = threading.Lock()
     # Scratch folders of the sandboxes (COURSE_GRADE_SCRATCH picks where: e.g. a faster disk).
     scratch_base = Path(tempfile.mkdtemp(prefix="course-grade-", dir=os.environ.get("COURSE_GRADE_SCRATCH") or None))
@@ -427,12 +429,15 @@ def grade(submissions: Path, out: Path, *, timeout: int = 60, lessons: list[str]
             finish(res)
             return res
         digest = _sha256(path) + ":" + lesson_hash[lesson]
+        nb, problem = _read_notebook(path)
+        if nb is not None and keep_submitted:
+            # nbgrader's own layout: the formgrader counts a lesson's submissions in submitted/.
+            _atomic_write(ws.path / "submitted" / student / lesson / f"{lesson}.ipynb", nbformat.writes(nb))
         prev = previous.get((student, lesson))
         if prev and prev.get("sha256") == digest and prev.get("status") not in ("grader-error",):
             res = SubmissionResult(**{**prev, "cells": [CellResult(**c) for c in prev["cells"]]})
             finish(res)
             return res
-        nb, problem = _read_notebook(path)
         if nb is None:
             res = SubmissionResult(student, lesson, max_score=max_score, status="invalid-notebook", detail=problem, sha256=digest)
             finish(res)
