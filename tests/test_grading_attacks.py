@@ -315,3 +315,30 @@ def test_refuses_without_a_sandbox_unless_told(tmp_path, monkeypatch):
                           timeout=600, env=env)
     assert proc.returncode != 0 and "bubblewrap" in (proc.stdout + proc.stderr), proc.stdout + proc.stderr
     assert "--unsafe-no-sandbox" in proc.stdout + proc.stderr
+
+
+def test_feedback_page_runs_nothing_a_submission_wrote():
+    """Scripts and event handlers in a submission's Markdown, raw cells, code and outputs reach the
+    feedback page as inert text, never as live HTML."""
+    import re
+
+    import nbformat
+
+    from course.tools.grading import render_feedback
+
+    nb = nbformat.v4.new_notebook()
+    nb.cells.append(nbformat.v4.new_markdown_cell("notes <script>alert('md')</script> <img src=x onerror=alert('img')>"))
+    nb.cells.append(nbformat.v4.new_raw_cell("<script>alert('raw')</script>", metadata={"raw_mimetype": "text/html"}))
+    code = nbformat.v4.new_code_cell("x = '</div><script>alert(\"code\")</script>'")
+    code.outputs = [
+        nbformat.v4.new_output("display_data", data={"text/html": "<b>ok</b><script>alert('out')</script>"
+                                                                  "<img src=y onerror=alert('outimg')>"}),
+        nbformat.v4.new_output("display_data", data={"application/javascript": "alert('js')"}),
+        nbformat.v4.new_output("display_data", data={"image/svg+xml": "<svg><script>alert('svg')</script></svg>"}),
+    ]
+    nb.cells.append(code)
+    page = render_feedback(nb, set())
+    live_scripts = [s for s in re.findall(r"<script[^>]*>(.*?)</script>", page, re.S) if "alert" in s]
+    live_handlers = re.findall(r"<[a-z]+[^>]*\son[a-z]+=", page)
+    assert not live_scripts and not live_handlers, (live_scripts, live_handlers)
+    assert "&lt;script&gt;alert(&#x27;md&#x27;)" in page or "&lt;script&gt;alert('md')" in page  # shown, as text

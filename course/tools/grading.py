@@ -167,11 +167,32 @@ def render_feedback(nb, hidden_lines: set[str]) -> str:
 
     from nbconvert import HTMLExporter
 
+    from jinja2 import DictLoader
+
     exporter = getattr(_EXPORTERS, "html", None)
     if exporter is None:
-        exporter = _EXPORTERS.html = HTMLExporter(template_name="lab")
+        exporter = _EXPORTERS.html = HTMLExporter(
+            sanitize_html=True, template_name="lab", template_file="course_feedback.html.j2",
+            extra_loaders=[DictLoader({"course_feedback.html.j2": _FEEDBACK_TEMPLATE})])
     body, _ = exporter.from_notebook_node(nb)
     return _scrub(body, hidden_lines)
+
+
+# The page is the student's notebook: its Markdown, HTML and JavaScript outputs are sanitized
+# (``sanitize_html``), so that a script in a submission never runs in the browser of whoever opens the
+# page. nbconvert's lab template also ran bleach's sanitizer over every code cell's Pygments output,
+# which Pygments has already escaped (the page is byte for byte the same without it); that was half
+# the time of a feedback page (about 1 s of 2 for lesson 08), so this template leaves it out.
+# tests/test_grading_attacks.py checks that nothing a submission writes runs.
+_FEEDBACK_TEMPLATE = """{%- extends 'lab/index.html.j2' -%}
+{% block input %}
+<div class="jp-CodeMirrorEditor jp-Editor jp-InputArea-editor" data-type="inline">
+     <div class="cm-editor cm-s-jupyter">
+{{ cell.source | highlight_code(metadata=cell.metadata) }}
+     </div>
+</div>
+{%- endblock input %}
+"""
 
 
 def _scrub(body: str, hidden_lines: set[str]) -> str:
