@@ -64,7 +64,8 @@ def interact(fn: Callable, **controls) -> None:
 # Either way the page showed a blank or half-drawn image of the plot's size (lessons 02 and 04 in
 # Chromium; tests/test_widgets_threads.py drives both races at the kernel level). So redraws and the
 # ``post_execute`` callbacks hold this lock. Re-entrant: a redraw may set another control's value,
-# whose redraw then runs on the same thread.
+# whose redraw then runs on the same thread. Not covered: a cell's own code while it runs (a control
+# moved during a training cell redraws beside it); a cell plots and finishes before its widget is used.
 _DRAWING = threading.RLock()
 
 

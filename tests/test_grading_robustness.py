@@ -155,3 +155,20 @@ def test_regrading_is_idempotent(tmp_path):
 def test_not_a_folder(tmp_path):
     proc = _grade(tmp_path / "nope", tmp_path / "out")
     assert proc.returncode != 0 and "is not a folder" in (proc.stdout + proc.stderr)
+
+
+def test_warm_sandbox_imports_what_the_lessons_import(tmp_path):
+    """The warm sandbox imports the lessons' own modules once per batch (transformers' model code
+    for 09-11 took 5 s per submission); names that are not module paths never reach its command."""
+    from course.tools import sandbox
+    from course.tools.grading import _imported_modules
+
+    source = nbformat.read(str(Path(__file__).parents[1] / "solutions" / "11_vit" / "11_vit.ipynb"), as_version=4)
+    found = _imported_modules(source)
+    assert {"torch", "course.oracles.vit", "course.checks_11"} <= found
+    if sandbox.available()[0]:
+        cmd = sandbox.worker_command(tmp_path, zygote=True, warm=["course.oracles.bert", "x; rm -rf /", "--y"])
+        assert "--warm=course.oracles.bert" in cmd and not any("rm -rf" in c or "--y" in c for c in cmd)
+    code = ("import sys; from course.tools.worker import _warm; _warm(['course.oracles.bert,no.such.module']); "
+            "print('transformers.models.bert.modeling_bert' in sys.modules)")
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout.strip() == "True"

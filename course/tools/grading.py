@@ -269,6 +269,29 @@ def _record_gradebook(ws: Workspace, res: SubmissionResult) -> None:
         gb.db.commit()
 
 
+def _imported_modules(source_nb) -> set[str]:
+    """Modules the instructor's notebook imports in the cells a sandbox runs (not tests, not
+    experiments): a warm sandbox imports them once per batch, not once per submission."""
+    import ast
+
+    found = set()
+    for cell in source_nb.cells:
+        meta = cell.get("metadata", {})
+        if cell.cell_type != "code" or meta.get("nbgrader", {}).get("grade") or "experiment" in meta.get("tags", []):
+            continue
+        try:
+            tree = ast.parse(cell.source)
+        except SyntaxError:
+            continue
+        for node in tree.body:                       # top-level imports only
+            if isinstance(node, ast.Import):
+                found |= {a.name for a in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                found.add(node.module)              # and `from course import checks_09`'s module:
+                found |= {f"{node.module}.{a.name}" for a in node.names if a.name != "*"}  # a miss costs nothing
+    return found
+
+
 def _sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
@@ -378,6 +401,7 @@ def grade(submissions: Path, out: Path, *, timeout: int = 60, lessons: list[str]
     gen_seconds = time.perf_counter() - t_gen
     source_nbs = {l: nbformat.read(str(p), as_version=4) for l, p in sources.items()}
     hidden = {l: _hidden_lines(source_nbs[l], releases[l]) for l in used}
+    warm = sorted({m for l in used for m in _imported_modules(source_nbs[l])})
     previous = {}
     results_path = out / "results.json"
     if results_path.is_file() and not regrade:
@@ -468,7 +492,7 @@ def grade(submissions: Path, out: Path, *, timeout: int = 60, lessons: list[str]
         spec = {"notebook": str(clean), "source": str(sources[lesson]), "timeout": timeout,
                 "notebook_timeout": notebook_timeout or max(600, timeout * 20), "scratch_base": str(scratch_base),
                 "sandbox": not unsafe_no_sandbox, "limits": {"memory_mb": memory_mb}, "files": files[lesson],
-                "release": str(ws.path / "release" / lesson / f"{lesson}.ipynb")}
+                "release": str(ws.path / "release" / lesson / f"{lesson}.ipynb"), "warm": warm}
         judged = judges.grade(slot, spec)
         res = SubmissionResult(student, lesson, max_score=max_score, sha256=digest)
         if "error" in judged:

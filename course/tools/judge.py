@@ -237,6 +237,7 @@ class Session:
         self.proxies: dict[int, Remote] = {}
         self.start_timeout = start_timeout
         self.files: list[str] = []
+        self.warm: list[str] = []            # modules a new warm sandbox imports first
         self.own_scratch = None
 
     @property
@@ -259,7 +260,7 @@ class Session:
                 if not _ZYGOTE.alive():
                     _ZYGOTE.kill()
                     _ZYGOTE.scratch = sandbox.prepare_scratch(self.scratch_base)
-                    cmd = sandbox.worker_command(_ZYGOTE.scratch, sandbox=True, zygote=True)
+                    cmd = sandbox.worker_command(_ZYGOTE.scratch, sandbox=True, zygote=True, warm=self.warm)
                     _ZYGOTE.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                                     stderr=subprocess.DEVNULL, start_new_session=True,
                                                     preexec_fn=self.limits.apply)
@@ -556,6 +557,7 @@ def grade_submission(spec: dict) -> dict:
     defined_by_student = solution_sources(nb)
     session = Session(Path(spec["scratch_base"]), use_sandbox=bool(spec.get("sandbox", True)), limits=limits)
     session.files = list(spec.get("files", []))
+    session.warm = [str(m) for m in spec.get("warm", [])]
     import weakref
     checks.FORBIDDEN_HOOK = _ForbidHook(weakref.ref(session))
     outputs: dict[int, dict] = {}

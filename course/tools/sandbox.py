@@ -19,10 +19,12 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import resource
 import shutil
 import subprocess
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -80,15 +82,19 @@ def _parents(path: str) -> list[str]:
     return [str(Path(*parts[:i])) for i in range(2, len(parts))]
 
 
-def worker_command(scratch: Path, *, sandbox: bool = True, zygote: bool = False) -> list[str]:
+def worker_command(scratch: Path, *, sandbox: bool = True, zygote: bool = False, warm: Sequence[str] = ()) -> list[str]:
     """The command that starts a grading worker (in the sandbox unless ``sandbox`` is False).
 
     With ``zygote``, the sandboxed Python is PID 1 of its namespace and forks one fresh worker per
-    submission (see :func:`course.tools.worker._zygote`): the imports are paid once per batch."""
+    submission (see :func:`course.tools.worker._zygote`): the imports are paid once per batch, those
+    named in ``warm`` too (the lessons' own imports, e.g. ``transformers``, 5 s each time otherwise)."""
     python = sys.executable
     worker = [python, "-I", "-m", "course.tools.worker"] if not sandbox else [python, "-m", "course.tools.worker"]
     if sandbox and zygote:
         worker.append("--zygote")
+        names = [w for w in warm if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*", w)]
+        if names:
+            worker.append("--warm=" + ",".join(names))
     if not sandbox:
         return worker
     bwrap = _bwrap()

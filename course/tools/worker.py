@@ -329,6 +329,20 @@ def _zygote(rfd: int, wfd: int) -> None:
         wire.send(wfd, ready)
 
 
+def _warm(lists: list[str]) -> None:
+    """Import the modules the lessons import (named by the judge from the instructor's notebooks), so
+    that each forked worker finds them loaded. One that fails is left for the notebook to report."""
+    import importlib
+
+    for name in (n for names in lists for n in names.split(",") if n):
+        try:
+            module = importlib.import_module(name)
+            for extra in getattr(module, "WARM_IMPORTS", ()):    # what the module imports when used
+                importlib.import_module(extra)
+        except Exception:  # noqa: BLE001 - the submission's own import says what is wrong
+            pass
+
+
 def main() -> None:
     # The protocol keeps private copies of stdin/stdout; the student's code gets /dev/null for both
     # file descriptors (Python-level prints are captured per cell).
@@ -346,6 +360,7 @@ def main() -> None:
     torch.set_num_threads(1)
     import course  # noqa: F401
     from course import checks  # noqa: F401
+    _warm([a.split("=", 1)[1] for a in sys.argv if a.startswith("--warm=")])
     if "--zygote" in sys.argv and os.getpid() == 1:
         _zygote(rfd, wfd)
     else:
