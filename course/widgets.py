@@ -64,25 +64,32 @@ def interact(fn: Callable, **controls) -> None:
 # Either way the page showed a blank or half-drawn image of the plot's size (lessons 02 and 04 in
 # Chromium; tests/test_widgets_threads.py drives both races at the kernel level). So redraws and the
 # ``post_execute`` callbacks hold this lock. Re-entrant: a redraw may set another control's value,
-# whose redraw then runs on the same thread. Not covered: a cell's own code while it runs (a control
-# moved during a training cell redraws beside it); a cell plots and finishes before its widget is used.
+# whose redraw then runs on the same thread.
+# A cell's own code holds no lock, so a redraw asked for on another thread while a cell runs (a
+# control moved during a training cell) waits for that cell to end, as it did before subshells.
 _DRAWING = threading.RLock()
+_NO_CELL = threading.Event()        # set: no cell is running
+_NO_CELL.set()
+_cell_thread = None                 # the thread running the current cell
 
 
 def _one_at_a_time(ipywidgets):
-    """``ipywidgets.interactive`` whose redraws hold :data:`_DRAWING`."""
+    """``ipywidgets.interactive`` whose redraws hold :data:`_DRAWING`, after any running cell."""
 
     class Interactive(ipywidgets.interactive):
         def update(self, *args):
+            if _cell_thread is not None and threading.current_thread() is not _cell_thread:
+                _NO_CELL.wait()
             with _DRAWING:
                 return super().update(*args)
 
-    _guard_post_execute()
+    _guard_events()
     return Interactive
 
 
-def _guard_post_execute() -> None:
-    """Run the kernel's ``post_execute`` callbacks holding :data:`_DRAWING` (once per kernel)."""
+def _guard_events() -> None:
+    """Once per kernel: run the ``post_execute`` callbacks holding :data:`_DRAWING`, and keep track of
+    the running cell (``pre_run_cell`` / ``post_run_cell``, which IPython pairs even when a cell fails)."""
     try:
         from IPython import get_ipython
     except ImportError:  # pragma: no cover - comes with ipykernel
@@ -93,6 +100,16 @@ def _guard_post_execute() -> None:
     trigger = events.trigger
 
     def trigger_one_at_a_time(event, *args, **kwargs):
+        global _cell_thread
+        if event == "pre_run_cell":
+            _cell_thread = threading.current_thread()
+            _NO_CELL.clear()
+        elif event == "post_run_cell":
+            try:
+                return trigger(event, *args, **kwargs)
+            finally:
+                _cell_thread = None
+                _NO_CELL.set()
         if event != "post_execute":
             return trigger(event, *args, **kwargs)
         with _DRAWING:

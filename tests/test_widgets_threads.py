@@ -7,9 +7,10 @@ thread, later ones on the subshell's. pyplot's figure list is global, so
   figure the other had only created (a blank image), and the other then showed nothing;
 * a redraw and any other widget message at the same time: `comm` runs the ``post_execute``
   callbacks after every message, and matplotlib-inline's ``flush_figures`` rendered and closed the
-  figure the redraw was still drawing.
-``course.widgets.interact`` draws one thing at a time; this test drives both races at the kernel
-level, sending messages as JupyterLab does.
+  figure the redraw was still drawing;
+* a redraw while a cell that plots runs on the main thread.
+``course.widgets.interact`` draws one thing at a time and waits for a running cell; this test drives
+the three races at the kernel level, sending messages as JupyterLab does.
 """
 
 from __future__ import annotations
@@ -131,3 +132,12 @@ def test_two_redraws_at_once_each_show_their_whole_figure(kernel):
     shown = images([c, *plain])
     assert [len(v) for v in shown.values()] == [1] + [0] * len(plain), f"images per message: {shown}"
     assert min(shown[c]) > 0.01, f"the redraw showed a blank figure: ink {shown}"
+    # A control moved (on the subshell) while a cell that plots runs on the main thread: the redraw
+    # waits for the cell, and each shows its own whole figure.
+    cell = kc.execute("fig = plt.figure(figsize=(3, 2)); time.sleep(1.0)\n"
+                      "fig.add_subplot().plot([0, 1], [1, 0], lw=8); plt.show()")
+    time.sleep(0.3)
+    e = change(slider, {"value": 3})
+    shown = images([cell, e])
+    assert [len(shown[cell]), len(shown[e])] == [1, 1], f"images per message: {shown}"
+    assert min(shown[cell] + shown[e]) > 0.01, f"a blank figure: ink {shown}"
