@@ -317,14 +317,8 @@ def test_refuses_without_a_sandbox_unless_told(tmp_path, monkeypatch):
     assert "--unsafe-no-sandbox" in proc.stdout + proc.stderr
 
 
-def test_feedback_page_runs_nothing_a_submission_wrote():
-    """Scripts and event handlers in a submission's Markdown, raw cells, code and outputs reach the
-    feedback page as inert text, never as live HTML."""
-    import re
-
+def _hostile_notebook():
     import nbformat
-
-    from course.tools.grading import render_feedback
 
     nb = nbformat.v4.new_notebook()
     nb.cells.append(nbformat.v4.new_markdown_cell("notes <script>alert('md')</script> <img src=x onerror=alert('img')>"))
@@ -337,8 +331,62 @@ def test_feedback_page_runs_nothing_a_submission_wrote():
         nbformat.v4.new_output("display_data", data={"image/svg+xml": "<svg><script>alert('svg')</script></svg>"}),
     ]
     nb.cells.append(code)
-    page = render_feedback(nb, set())
+    return nb
+
+
+def test_feedback_page_runs_nothing_a_submission_wrote():
+    """Scripts and event handlers in a submission's Markdown, raw cells, code and outputs reach the
+    feedback page as inert text, never as live HTML."""
+    import re
+
+    import nbformat
+
+    from course.tools.grading import render_feedback
+
+    page = render_feedback(_hostile_notebook(), set())
     live_scripts = [s for s in re.findall(r"<script[^>]*>(.*?)</script>", page, re.S) if "alert" in s]
     live_handlers = re.findall(r"<[a-z]+[^>]*\son[a-z]+=", page)
     assert not live_scripts and not live_handlers, (live_scripts, live_handlers)
     assert "&lt;script&gt;alert(&#x27;md&#x27;)" in page or "&lt;script&gt;alert('md')" in page  # shown, as text
+
+
+def test_feedback_page_is_the_page_nbconvert_writes():
+    """Feedback pages skip HTMLExporter's BeautifulSoup pass (its alt text and tabindex are added by
+    pattern) and reuse Pygments' output per cell source. Read as HTML, each page is still the one
+    nbconvert's own exporter writes: for a solution notebook with every kind of output, rendered twice
+    (the second time from the cache), and for the hostile notebook above."""
+    import base64
+    import re
+
+    import nbformat
+    from bs4 import BeautifulSoup
+    from jinja2 import DictLoader
+    from nbconvert import HTMLExporter
+
+    from course.tools import grading
+
+    plain = HTMLExporter(sanitize_html=True, template_name="lab", template_file="course_feedback.html.j2",
+                         extra_loaders=[DictLoader({"course_feedback.html.j2": grading._FEEDBACK_TEMPLATE})])
+    root = Path(__file__).resolve().parents[1]
+    nb = nbformat.read(str(root / "solutions" / LESSON / f"{LESSON}.ipynb"), as_version=4)
+    png = base64.b64encode(bytes.fromhex("89504e470d0a1a0a0000000d4948445200000001000000010806000000"
+                                         "1f15c4890000000d49444154789c6360000002000185d3a4a30000000049454e44ae426082")).decode()
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    code[0].outputs = [nbformat.v4.new_output("stream", name="stdout", text="loss 0.25\n"),
+                       nbformat.v4.new_output("display_data", data={"image/png": png, "text/plain": "<Figure>"}),
+                       nbformat.v4.new_output("execute_result", data={"text/html": "<table><tr><td>1</td></tr></table>"
+                                                                      "<img src='a.png'>"}, execution_count=1)]
+    code[1].outputs = [nbformat.v4.new_output("error", ename="ValueError", evalue="bad shape",
+                                              traceback=["\x1b[31mValueError\x1b[0m: bad shape"])]
+    nb.cells.append(nbformat.v4.new_markdown_cell("a picture ![](data:image/png;base64," + png + ") and <img src='b.png'>"))
+
+    def parsed(html: str) -> str:          # (a JavaScript output's div has a random id)
+        uuid = r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
+        return re.sub(uuid, "id", BeautifulSoup(html, features="html.parser").decode())
+
+    for notebook in (nb, nb, _hostile_notebook()):
+        ours = grading.render_feedback(notebook, set())
+        theirs, _ = plain.from_notebook_node(notebook)
+        assert ours.count('tabindex="0"') == theirs.count('tabindex="0"') > 0
+        assert parsed(ours) == parsed(theirs)
+

@@ -163,17 +163,9 @@ def _graded_notebook(nb, source_nb, release_nb, judged: dict, *, for_student: bo
 
 def render_feedback(nb, hidden_lines: set[str]) -> str:
     """The graded notebook as an HTML page, with every line of a hidden test removed whatever printed it."""
-    import html as _html
-
-    from nbconvert import HTMLExporter
-
-    from jinja2 import DictLoader
-
     exporter = getattr(_EXPORTERS, "html", None)
     if exporter is None:
-        exporter = _EXPORTERS.html = HTMLExporter(
-            sanitize_html=True, template_name="lab", template_file="course_feedback.html.j2",
-            extra_loaders=[DictLoader({"course_feedback.html.j2": _FEEDBACK_TEMPLATE})])
+        exporter = _EXPORTERS.html = _feedback_exporter()
     body, _ = exporter.from_notebook_node(nb)
     return _scrub(body, hidden_lines)
 
@@ -193,6 +185,63 @@ _FEEDBACK_TEMPLATE = """{%- extends 'lab/index.html.j2' -%}
 </div>
 {%- endblock input %}
 """
+
+# nbconvert's HTMLExporter ends by parsing the whole page with BeautifulSoup to add three attributes
+# (alt text on images without one, tabindex on cell inputs and outputs) and writing it out again: 60 %
+# of a feedback page's time, as each Pygments token is a tag. These expressions add the same
+# attributes, at the same place, to the template's own output (tests/test_grading.py compares the
+# two pages as parsed HTML).
+_A11Y = (
+    (re.compile(r'(<div class="jp-Cell-inputWrapper"[^>]*)>'), r'\1 tabindex="0">'),
+    (re.compile(r'(<div\b[^>]*\bclass="[^"]*\bjp-OutputArea-output\b[^"]*"[^>]*)>'), r'\1 tabindex="0">'),
+    (re.compile(r'(<img\b(?![^>]*\balt=)[^>]*?)(\s*/?>)'), r'\1 alt="No description has been provided for this image"\2'),
+)
+
+
+def _feedback_exporter():
+    """nbconvert's HTML exporter (lab template, sanitized) for feedback pages, without its
+    BeautifulSoup pass, and with Pygments' output kept per cell source: test cells and given code are
+    the same in every submission of a lesson. Falls back to the plain exporter (same page, slower) if
+    this nbconvert lacks the pieces it uses."""
+    from jinja2 import DictLoader
+    from nbconvert import HTMLExporter
+
+    options = dict(sanitize_html=True, template_name="lab", template_file="course_feedback.html.j2",
+                   extra_loaders=[DictLoader({"course_feedback.html.j2": _FEEDBACK_TEMPLATE})])
+    try:
+        from nbconvert.exporters.templateexporter import TemplateExporter
+        from nbconvert.filters.highlight import Highlight2HTML
+        from nbconvert.filters.widgetsdatatypefilter import WidgetsDataTypeFilter
+    except ImportError:
+        return HTMLExporter(**options)
+
+    class FeedbackExporter(HTMLExporter):
+        def from_notebook_node(self, nb, resources=None, **kw):
+            langinfo = nb.metadata.get("language_info", {})
+            lexer = langinfo.get("pygments_lexer", langinfo.get("name", None))
+            highlight = Highlight2HTML(pygments_lexer=lexer, parent=self)
+            cache = self._highlighted.setdefault(lexer, {})
+
+            def highlight_code(source, language=None, metadata=None):
+                key = (source, language, (metadata or {}).get("magics_language"))
+                if key not in cache:
+                    if len(cache) > 4096:
+                        cache.clear()
+                    cache[key] = highlight(source, language=language, metadata=metadata)
+                return cache[key]
+
+            resources = self._init_resources(resources)
+            self.register_filter("highlight_code", highlight_code)
+            self.register_filter("filter_data_type", WidgetsDataTypeFilter(
+                notebook_metadata=self._nb_metadata, parent=self, resources=resources))
+            html, resources = TemplateExporter.from_notebook_node(self, nb, resources, **kw)
+            for pattern, replacement in _A11Y:
+                html = pattern.sub(replacement, html)
+            return html, resources
+
+    exporter = FeedbackExporter(**options)
+    exporter._highlighted = {}
+    return exporter
 
 
 def _scrub(body: str, hidden_lines: set[str]) -> str:
