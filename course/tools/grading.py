@@ -200,8 +200,8 @@ _A11Y = (
 
 def _feedback_exporter():
     """nbconvert's HTML exporter (lab template, sanitized) for feedback pages, without its
-    BeautifulSoup pass, and with Pygments' output kept per cell source: test cells and given code are
-    the same in every submission of a lesson. Falls back to the plain exporter (same page, slower) if
+    BeautifulSoup pass, and with Pygments' output kept per cell source for every cell but the learner's
+    answers: test cells and given code are the same in every submission of a lesson. Falls back to the plain exporter (same page, slower) if
     this nbconvert lacks the pieces it uses."""
     from jinja2 import DictLoader
     from nbconvert import HTMLExporter
@@ -223,9 +223,12 @@ def _feedback_exporter():
             cache = self._highlighted.setdefault(lexer, {})
 
             def highlight_code(source, language=None, metadata=None):
-                key = (source, language, (metadata or {}).get("magics_language"))
+                metadata = metadata or {}
+                if metadata.get("nbgrader", {}).get("solution"):     # the learner's own code: seen once
+                    return highlight(source, language=language, metadata=metadata)
+                key = (source, language, metadata.get("magics_language"))
                 if key not in cache:
-                    if len(cache) > 4096:
+                    if len(cache) >= 2048:
                         cache.clear()
                     cache[key] = highlight(source, language=language, metadata=metadata)
                 return cache[key]
