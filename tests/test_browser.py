@@ -281,6 +281,19 @@ def run_all(w: Watched, timeout_s: float = 240) -> list[dict]:
     return w.page.evaluate(JS_OUTPUTS)
 
 
+def validate_passes(w: Watched) -> None:
+    """Click the notebook's Validate button; nbgrader must say the notebook passes all the tests."""
+    page = w.page
+    page.locator(".jp-NotebookPanel:visible .jp-Toolbar").get_by_text("Validate", exact=True).click()
+    dialog = page.locator(".jp-Dialog")
+    dialog.wait_for(timeout=180_000)
+    page.wait_for_function("() => /passes all the tests|failed|error/i.test(document.querySelector('.jp-Dialog').innerText)",
+                           timeout=180_000)
+    text = dialog.inner_text()
+    w.check("passes all the tests" in text, f"Validate on the filled-in notebook did not pass:\n{text[:1500]}")
+    dialog.get_by_role("button").last.click()
+
+
 def png_ink(src: str) -> float:
     """Fraction of an image's pixels that differ from its background (0.0: a blank image)."""
     import numpy as np
@@ -338,13 +351,7 @@ def test_student_notebook_stub_and_validate(browser, learner):
 
         filled = f"notebooks/{lesson}/filled.ipynb"
         open_notebook(w, learner, filled)
-        page.locator(".jp-NotebookPanel:visible .jp-Toolbar").get_by_text("Validate", exact=True).click()
-        page.locator(".jp-Dialog").wait_for(timeout=180_000)
-        page.wait_for_function("() => /passes all the tests|failed|error/i.test(document.querySelector('.jp-Dialog').innerText)",
-                               timeout=180_000)
-        text = page.locator(".jp-Dialog").inner_text()
-        w.check("passes all the tests" in text, f"Validate on the filled-in notebook did not pass:\n{text[:1500]}")
-        page.locator(".jp-Dialog").get_by_role("button").last.click()
+        validate_passes(w)
         learner.close_sessions()
 
 
@@ -491,13 +498,7 @@ def test_learner_lab_screenshot(browser, tmp_path_factory):
             box.scroll_into_view_if_needed()
             shown = _snapshot(box)[0]
             w.check(shown and png_ink(shown[-1]) >= 0.005, "the widget shows no heatmap")
-            page.locator(".jp-NotebookPanel:visible .jp-Toolbar").get_by_text("Validate", exact=True).click()
-            page.locator(".jp-Dialog").wait_for(timeout=180_000)
-            page.wait_for_function("() => /passes all the tests|failed|error/i.test("
-                                   "document.querySelector('.jp-Dialog').innerText)", timeout=180_000)
-            text = page.locator(".jp-Dialog").inner_text()
-            w.check("passes all the tests" in text, f"Validate on the filled-in notebook did not pass:\n{text[:1500]}")
-            page.locator(".jp-Dialog").get_by_role("button").last.click()
+            validate_passes(w)
             box.scroll_into_view_if_needed()
             _docs_shot(page, "learner-lab.png")
             lab.close_sessions()
