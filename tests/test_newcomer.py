@@ -65,6 +65,8 @@ def test_make_run_as_typed_in_a_fresh_clone(tmp_path):
             problems.append(f"{res['id']} promises targets for metrics it never records: {sorted(missing)}")
     assert not problems, "\n".join(problems) + "\n" + proc.stdout[-2000:]
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    noise = [line for line in proc.stderr.splitlines() if "WARNING" in line or "Traceback" in line]
+    assert not noise, "make run printed warnings a newcomer cannot act on:\n" + "\n".join(noise[:5])
     assert max(len(line) for line in proc.stdout.splitlines()) <= 200
     table = proc.stdout.split("lesson ", 1)[1].split("\n\n")[0]
     assert max(len(line) for line in table.splitlines()) <= 120, table

@@ -55,6 +55,8 @@ def check_notebook(path: Path, *, timeout: int = 120) -> tuple[list[TestOutcome]
     from nbclient.exceptions import DeadKernelError
     from nbgrader.utils import determine_grade
 
+    from course.tools.runner import KERNEL_ARGUMENTS
+
     path = Path(path)
     if not path.is_file():
         raise SystemExit(f"course check: {path} does not exist. Give the path of your notebook, e.g. "
@@ -67,6 +69,7 @@ def check_notebook(path: Path, *, timeout: int = 120) -> tuple[list[TestOutcome]
     tool_environment()
     os.environ["NBGRADER_EXECUTION"] = "validate"
     client = NotebookClient(nb, timeout=timeout, kernel_name="python3", allow_errors=True,
+                            extra_arguments=list(KERNEL_ARGUMENTS),
                             resources={"metadata": {"path": str(path.parent.resolve())}})
     try:
         client.execute()

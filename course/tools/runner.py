@@ -18,7 +18,13 @@ from pathlib import Path
 
 from course.tools.lessons import Lesson
 
-__all__ = ["LessonResult", "run_lessons", "format_table"]
+__all__ = ["LessonResult", "run_lessons", "format_table", "KERNEL_ARGUMENTS"]
+
+# The kernels `course run` and `course check` start print only their errors on the terminal:
+# ipykernel 7.4+ otherwise warns, once per kernel, that its local TCP sockets are not encrypted
+# (Jupyter's standard set-up; messages are signed with the connection file's key). Warnings raised
+# by a notebook's own cells still reach its outputs.
+KERNEL_ARGUMENTS = ["--IPKernelApp.log_level=ERROR"]
 
 
 @dataclass
@@ -80,6 +86,7 @@ def run_lesson(lesson: Lesson, out: Path, *, profile: str, device: str, seed: in
             parameters={"PROFILE": profile, "DEVICE": device, "SEED": seed},
             kernel_name="python3", cwd=str(lesson.solution.parent),
             execution_timeout=timeout or lesson.cell_timeout, progress_bar=progress, log_output=False,
+            extra_arguments=KERNEL_ARGUMENTS,
         )
         res.status = "passed"
     except Exception as exc:  # noqa: BLE001 - any failure is reported, the next lesson still runs
