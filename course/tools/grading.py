@@ -233,10 +233,14 @@ def _feedback_exporter():
                     cache[key] = highlight(source, language=language, metadata=metadata)
                 return cache[key]
 
+            try:
+                metadata = self._nb_metadata
+            except AttributeError:       # an nbconvert laid out otherwise: its own, slower way
+                return super().from_notebook_node(nb, resources, **kw)
             resources = self._init_resources(resources)
             self.register_filter("highlight_code", highlight_code)
             self.register_filter("filter_data_type", WidgetsDataTypeFilter(
-                notebook_metadata=self._nb_metadata, parent=self, resources=resources))
+                notebook_metadata=metadata, parent=self, resources=resources))
             html, resources = TemplateExporter.from_notebook_node(self, nb, resources, **kw)
             for pattern, replacement in _A11Y:
                 html = pattern.sub(replacement, html)
