@@ -189,8 +189,8 @@ _FEEDBACK_TEMPLATE = """{%- extends 'lab/index.html.j2' -%}
 # nbconvert's HTMLExporter ends by parsing the whole page with BeautifulSoup to add three attributes
 # (alt text on images without one, tabindex on cell inputs and outputs) and writing it out again: 60 %
 # of a feedback page's time, as each Pygments token is a tag. These expressions add the same
-# attributes, at the same place, to the template's own output (tests/test_grading.py compares the
-# two pages as parsed HTML).
+# attributes, at the same place, to the template's own output (tests/test_grading_attacks.py
+# compares the two pages as parsed HTML).
 _A11Y = (
     (re.compile(r'(<div class="jp-Cell-inputWrapper"[^>]*)>'), r'\1 tabindex="0">'),
     (re.compile(r'(<div\b[^>]*\bclass="[^"]*\bjp-OutputArea-output\b[^"]*"[^>]*)>'), r'\1 tabindex="0">'),
@@ -200,9 +200,9 @@ _A11Y = (
 
 def _feedback_exporter():
     """nbconvert's HTML exporter (lab template, sanitized) for feedback pages, without its
-    BeautifulSoup pass, and with Pygments' output kept per cell source for every cell but the learner's
-    answers: test cells and given code are the same in every submission of a lesson. Falls back to the plain exporter (same page, slower) if
-    this nbconvert lacks the pieces it uses."""
+    BeautifulSoup pass, and with Pygments' output kept per cell source for every cell but the
+    learner's answers: test cells and given code are the same in every submission of a lesson.
+    Falls back to the plain exporter (same page, slower) if this nbconvert lacks the pieces it uses."""
     from jinja2 import DictLoader
     from nbconvert import HTMLExporter
 
