@@ -3,7 +3,9 @@
 The student's code gets a private, throw-away view of the machine:
 
 * read-only: the system's libraries, Python, the virtual environment and the ``course`` package;
-* writable: its own scratch folder (its working directory, ``/tmp`` and ``$HOME``), deleted after;
+* writable: its working directory, ``/tmp`` and ``$HOME``, each a size-capped tmpfs that lives in the
+  sandbox's own mount namespace: the host's disk is never written, and whatever a submission leaves
+  there is gone when the sandbox ends;
 * nothing else: not the grading folder, the solutions, the gradebook, other students' work or the
   instructor's home; no network (a new network namespace with no interface but loopback); its own
   process namespace, so it can signal nothing outside, and everything it started dies with it;
@@ -41,6 +43,7 @@ class Limits:
     processes: int = 1024          # processes and threads of the sandbox user
     cpu_seconds: int = 900         # CPU time of one worker process
     file_mb: int = 256             # largest file the student's code may write
+    scratch_mb: int = 512          # size of each of the sandbox's tmpfs folders (work, /tmp; home gets a quarter)
 
     def apply(self) -> None:
         """Set the limits on the current process (called in the child before it execs)."""
@@ -82,16 +85,25 @@ def _parents(path: str) -> list[str]:
     return [str(Path(*parts[:i])) for i in range(2, len(parts))]
 
 
-def worker_command(scratch: Path, *, sandbox: bool = True, zygote: bool = False, warm: Sequence[str] = ()) -> list[str]:
-    """The command that starts a grading worker (in the sandbox unless ``sandbox`` is False).
+def worker_command(scratch: Path | None = None, *, sandbox: bool = True, zygote: bool = False, warm: Sequence[str] = (),
+                   ctrl_fd: int | None = None, inbox: Path | None = None, limits: Limits | None = None) -> list[str]:
+    """The command that starts a grading worker (in the sandbox unless ``sandbox`` is False; then it
+    runs in ``scratch``, a host folder).
 
     With ``zygote``, the sandboxed Python is PID 1 of its namespace and forks one fresh worker per
     submission (see :func:`course.tools.worker._zygote`): the imports are paid once per batch, those
-    named in ``warm`` too (the lessons' own imports, e.g. ``transformers``, 5 s each time otherwise)."""
+    named in ``warm`` too (the lessons' own imports, e.g. ``transformers``, 5 s each time otherwise).
+    It talks to the judge over ``ctrl_fd`` (a socket the caller passes on). ``inbox``, a host folder,
+    is bound read-only at /sandbox/inbox: the lesson's data files reach the sandbox through it."""
     python = sys.executable
     worker = [python, "-I", "-m", "course.tools.worker"] if not sandbox else [python, "-m", "course.tools.worker"]
+    limits = limits or Limits()
+    keep = sorted({"/tmp/" + p.split("/")[2] for p in _read_only_paths() if p.startswith("/tmp/")})
     if sandbox and zygote:
-        worker.append("--zygote")
+        if ctrl_fd is None:
+            raise ValueError("a zygote needs its control socket")
+        worker.append(f"--zygote={int(ctrl_fd)}")
+        worker += [f"--keep={k}" for k in keep]
         names = [w for w in warm if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*", w)]
         if names:
             worker.append("--warm=" + ",".join(names))
@@ -100,7 +112,6 @@ def worker_command(scratch: Path, *, sandbox: bool = True, zygote: bool = False,
     bwrap = _bwrap()
     if bwrap is None:
         raise RuntimeError("bubblewrap (bwrap) is not installed: " + INSTALL_HINT)
-    scratch = Path(scratch).resolve()
     cmd = [bwrap, "--die-with-parent", "--new-session", "--clearenv"] + (["--as-pid-1"] if zygote else []) + [
            "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"]
     root = os.geteuid() == 0
@@ -112,8 +123,10 @@ def worker_command(scratch: Path, *, sandbox: bool = True, zygote: bool = False,
     for f in ("/etc/ld.so.cache", "/etc/localtime", "/etc/passwd", "/etc/group", "/etc/nsswitch.conf"):
         if os.path.exists(f):
             cmd += ["--ro-bind", f, f]
-    # The sandbox's own /tmp first: a checkout or venv that lives under /tmp is bound on top of it below.
-    cmd += ["--bind", str(scratch / "tmp"), "/tmp"]
+    # Scratch space on size-capped tmpfs mounts of the sandbox's own (posix_fallocate cannot reach the
+    # host's disk). /tmp first: a checkout or venv that lives under /tmp is bound on top of it below.
+    mb = 2**20
+    cmd += ["--size", str(limits.scratch_mb * mb), "--perms", "01777", "--tmpfs", "/tmp"]
     made: set[str] = set()
     for p in _read_only_paths():
         for parent in _parents(p):
@@ -122,9 +135,11 @@ def worker_command(scratch: Path, *, sandbox: bool = True, zygote: bool = False,
                 made.add(parent)
         cmd += ["--ro-bind", p, p]
     cmd += ["--proc", "/proc", "--dev", "/dev", "--perms", "0755", "--dir", "/sandbox",
-            "--bind", str(scratch / "work"), "/sandbox/work",
-            "--bind", str(scratch / "home"), "/sandbox/home",
-            "--chdir", "/sandbox/work"]
+            "--size", str(limits.scratch_mb * mb), "--perms", "0777", "--tmpfs", "/sandbox/work",
+            "--size", str(max(16, limits.scratch_mb // 4) * mb), "--perms", "0777", "--tmpfs", "/sandbox/home"]
+    if inbox is not None:
+        cmd += ["--ro-bind", str(Path(inbox).resolve()), "/sandbox/inbox"]
+    cmd += ["--chdir", "/sandbox/work"]
     env = {"PATH": "/usr/bin:/bin", "HOME": "/sandbox/home", "TMPDIR": "/tmp", "MPLBACKEND": "Agg",
            "MPLCONFIGDIR": "/sandbox/home/.matplotlib", "NBGRADER_EXECUTION": "autograde", "COURSE_HEADLESS": "1",
            "COURSE_GRADING": "1", "PYTHONDONTWRITEBYTECODE": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
@@ -158,7 +173,16 @@ def prepare_scratch(base: Path) -> Path:
 
 
 def remove_scratch(scratch: Path) -> None:
-    shutil.rmtree(scratch, ignore_errors=True)
+    """Remove a host scratch folder (only --unsafe-no-sandbox uses one; the sandbox's are tmpfs).
+    Never raises, whatever is inside (a tree thousands of folders deep breaks a recursive rmtree)."""
+    try:
+        subprocess.run(["rm", "-rf", "--one-file-system", "--", str(scratch)], timeout=120,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    except (OSError, subprocess.SubprocessError):         # no rm(1): Python's, which may give up
+        try:
+            shutil.rmtree(scratch, ignore_errors=True)
+        except RecursionError:
+            pass
 
 
 @functools.lru_cache(maxsize=1)
@@ -166,12 +190,9 @@ def available() -> tuple[bool, str]:
     """Can this machine start the sandbox? ``(ok, reason)``; tries it once."""
     if _bwrap() is None:
         return False, "bubblewrap (bwrap) is not installed"
-    import tempfile
 
-    base = Path(tempfile.gettempdir())
-    scratch = prepare_scratch(base)
     try:
-        cmd = worker_command(scratch)
+        cmd = worker_command()
         probe = cmd[:-3] + [sys.executable, "-c", "import torch, course; print('ok')"]   # the worker's 3 words
         proc = subprocess.run(probe, capture_output=True, text=True, timeout=120)
         if proc.returncode == 0 and "ok" in proc.stdout:
@@ -179,8 +200,6 @@ def available() -> tuple[bool, str]:
         return False, f"bubblewrap is installed but the sandbox did not start: {(proc.stderr or proc.stdout).strip()[-300:]}"
     except (OSError, subprocess.SubprocessError) as exc:
         return False, f"bubblewrap did not start ({exc})"
-    finally:
-        remove_scratch(scratch)
 
 
 def describe(unsafe: bool) -> str:
