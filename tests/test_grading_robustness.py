@@ -167,7 +167,7 @@ def test_warm_sandbox_imports_what_the_lessons_import(tmp_path):
     found = _imported_modules(source)
     assert {"torch", "course.oracles.vit", "course.checks_11"} <= found
     if sandbox.available()[0]:
-        cmd = sandbox.worker_command(tmp_path, zygote=True, warm=["course.oracles.bert", "x; rm -rf /", "--y"])
+        cmd = sandbox.worker_command(zygote=True, ctrl_fd=3, warm=["course.oracles.bert", "x; rm -rf /", "--y"])
         assert "--warm=course.oracles.bert" in cmd and not any("rm -rf" in c or "--y" in c for c in cmd)
     code = ("import sys; from course.tools.worker import _warm; _warm(['course.oracles.bert,no.such.module']); "
             "print('transformers.models.bert.modeling_bert' in sys.modules)")

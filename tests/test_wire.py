@@ -53,8 +53,6 @@ def _raw_answer(value: dict, buffers=b"") -> bytes:
     {"v": "x" * 200_000, "sizes": []},                                     # one string over the cap
     {"v": {"$list": list(range(300_000))}, "sizes": []},                   # too many values
     {"v": {"$h": 1, "type": {"mro": [["m", "C" * 5000]]}}, "sizes": []},   # a class name 5000 long
-    {"v": {"$t": 0, "dtype": "float32", "shape": [4]}, "sizes": [8]},      # bytes do not match the shape
-    {"v": {"$t": 0, "dtype": "object", "shape": [1]}, "sizes": [8]},       # not a dtype we build
     {"v": {"$list": [{"$t": 0, "dtype": "uint8", "shape": [1]}] * 2}, "sizes": [1]},   # one buffer, two tensors
     {"v": {"$f": "1e999999"}, "sizes": []},
     {"v": {"$device": "cuda:0" * 100}, "sizes": []},
@@ -110,14 +108,17 @@ def test_the_deadline_covers_the_whole_answer(chunks):
 
 
 def test_a_60_mb_answer_costs_the_judge_little_more_than_60_mb():
+    """Read from a pipe and decoded, a 60 MB answer is held once (it cost the judge 1.3 GB)."""
     code = """
-import resource, torch
+import os, resource, threading, torch
 from course.tools import wire
 payload = wire.encode_data([torch.zeros(15_000_000)], lambda o: (0, {}))
+r, w = os.pipe()
+threading.Thread(target=wire.send, args=(w, payload), daemon=True).start()
 before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-value = wire.decode_data(bytearray(payload), lambda h, i: None)
-del payload
+value = wire.decode_data(wire.recv(r), lambda h, i: None)
+assert value[0].shape == (15_000_000,)
 print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) // 1024)
 """
     grew = int(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout)
-    assert grew < 100, f"decoding a 60 MB answer took {grew} MB more"
+    assert grew < 90, f"receiving a 60 MB answer took {grew} MB more"
