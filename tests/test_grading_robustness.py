@@ -195,14 +195,14 @@ def _lesson(tmp_path, solution: str, test: str, after: str = "") -> tuple[Path, 
     return source, sub
 
 
-def _judge(tmp_path, source, sub):
+def _judge(tmp_path, source, sub, **spec):
     from course.tools import judge, sandbox
 
     if not sandbox.available()[0]:
         pytest.skip("bubblewrap is not available here: " + sandbox.available()[1])
     try:
         return judge.grade_submission({"notebook": str(sub), "source": str(source), "timeout": 30,
-                                       "scratch_base": str(tmp_path), "sandbox": True})
+                                       "scratch_base": str(tmp_path), "sandbox": True, **spec})
     finally:
         judge._ZYGOTE.kill()
 
@@ -244,3 +244,15 @@ def test_what_a_test_sends_does_not_survive_into_later_cells(tmp_path):
     later = result["outputs"]["3"]
     assert later["error"] is None, later                      # the later cell saw an empty list
     assert "4242" not in json.dumps(result["outputs"]), result["outputs"]
+
+
+def test_the_lessons_files_reach_the_working_folder(tmp_path):
+    """The scratch folders are the sandbox's own tmpfs mounts; the lesson's data files still reach
+    the working folder of every submission (through a read-only inbox)."""
+    data = tmp_path / "lesson-files" / "table.txt"
+    data.parent.mkdir()
+    data.write_text("42")
+    source, sub = _lesson(tmp_path, "def f():\n    return int(open('table.txt').read())",
+                          "assert f() == 42, f()")
+    result = _judge(tmp_path, source, sub, files=[str(data)])
+    assert result["cells"][0]["passed"], result
