@@ -109,8 +109,11 @@ class Worker:
         return {"ok": True, "value": value}
 
     # -- forbidden shortcuts ------------------------------------------------------------------
-    def forbid(self, names, why):
-        from course import checks
+    def forbid(self, names, why, limit=None):
+        """Block the forbidden names (attribute patches) and, below them, every call of those functions
+        and of their ATen kernels, and any tensor above ``limit`` elements (:class:`course.forbidden.Guard`),
+        until :meth:`unforbid`."""
+        from course import checks, forbidden
 
         saved = []
         for owner, attr in checks._targets(tuple(names)):
@@ -119,19 +122,26 @@ class Worker:
                 qual = f"{getattr(owner, '__name__', 'torch')}.{attr}"
 
                 def blocked(*a, _q=qual, **k):
-                    self.violations.append(_q)
+                    self.violations.append(f"your code called {_q}: this exercise asks you to {why}.")
                     raise AssertionError(f"{_q} was called: this exercise asks you to {why}.")
                 setattr(owner, attr, blocked)
                 saved.append((owner, attr, original))
             except (AttributeError, TypeError):
                 continue
-        self.forbidden.append(saved)
+        guard = forbidden.Guard(names, why, None if limit is None else int(limit))
+        guard.__enter__()
+        self.forbidden.append((saved, guard))
 
     def unforbid(self):
-        for owner, attr, original in reversed(self.forbidden.pop() if self.forbidden else []):
+        """End the innermost :meth:`forbid`; returns what was violated meanwhile (sentences)."""
+        saved, guard = self.forbidden.pop() if self.forbidden else ([], None)
+        if guard is not None:
+            guard.__exit__(None, None, None)
+        for owner, attr, original in reversed(saved):
             setattr(owner, attr, original)
-        found, self.violations = self.violations, []
-        return found
+        found = self.violations + (guard.violations if guard is not None else [])
+        self.violations = []
+        return list(dict.fromkeys(found))[:20]
 
     # -- requests -----------------------------------------------------------------------------
     def run_cell(self, source: str, index: int):
@@ -162,7 +172,7 @@ class Worker:
                 return {"ok": True, "missing": True}
             return self.answer(self.ns[name])
         if op == "forbid":
-            self.forbid(req["names"], req["why"])
+            self.forbid(req["names"], req["why"], req.get("limit"))
             return {"ok": True, "value": None}
         if op == "unforbid":
             return {"ok": True, "value": self.unforbid()}
