@@ -694,13 +694,13 @@ class _ForbidHook:
     def __init__(self, session_ref):
         self.session_ref = session_ref
 
-    def __call__(self, names, why):
+    def __call__(self, names, why, limit=None):
         import contextlib
 
         @contextlib.contextmanager
         def hook():
             s = self.session_ref()
-            s.request("forbid", names=list(names), why=why)
+            s.request("forbid", names=list(names), why=why, limit=None if limit is None else int(limit))
             error = None
             try:
                 yield
@@ -708,10 +708,17 @@ class _ForbidHook:
                 error = exc
             called = s.request("unforbid") if s.proc is not None and s.proc.poll() is None else []
             if isinstance(called, list) and called:
-                raise AssertionError(f"your code called {called[0]}: this exercise asks you to {why}.")
+                raise AssertionError(str(called[0])[:2000])
             if error is not None:
                 raise error
         return hook()
+
+
+def _aliases(nb, source) -> list[str]:
+    """Forbidden functions of this lesson taken as values in the learner's cells (course.forbidden)."""
+    from course import forbidden
+
+    return forbidden.aliases(nb, forbidden.lesson_names(source), source)
 
 
 def _message(exc: BaseException, timeout: int) -> str:
@@ -788,6 +795,8 @@ def grade_submission(spec: dict) -> dict:
     session.warm = [str(m) for m in spec.get("warm", [])]
     import weakref
     checks.FORBIDDEN_HOOK = _ForbidHook(weakref.ref(session))
+    from course import forbidden
+    checks.FORBIDDEN_TAMPERING = forbidden.tampering(nb, source)    # reaching around forbid() fails its tests
     outputs: dict[int, dict] = {}
     results: dict[str, dict] = {}
     executed: list[tuple[int, str]] = []
@@ -882,6 +891,7 @@ def grade_submission(spec: dict) -> dict:
         session.stop(graceful=True)
         session.close()
         checks.FORBIDDEN_HOOK = None
+        tampering, checks.FORBIDDEN_TAMPERING = checks.FORBIDDEN_TAMPERING, []
     cells = []
     for gid, cell in tests.items():
         max_pts = float(cell.metadata.nbgrader.get("points", 0))
@@ -897,8 +907,9 @@ def grade_submission(spec: dict) -> dict:
                           "passed": r["passed"], "message": r["message"], "deleted": False})
     if session.left_behind > 2000:
         pasted.append(f"left {session.left_behind} files and folders in the sandbox (removed)")
+    found = list(dict.fromkeys(pasted + session.lies + suspicious(nb) + tampering + _aliases(nb, source)))
     result = {"cells": cells, "outputs": {str(k): v for k, v in outputs.items()}, "events": events[:50],
-              "suspicious": (pasted + session.lies + suspicious(nb))[:50], "phases": {k: round(v, 3) for k, v in phase.items()}}
+              "suspicious": found[:50], "phases": {k: round(v, 3) for k, v in phase.items()}}
     if spec.get("release"):
         # The pages are rendered here, in parallel judge processes, not in the grader's one process.
         from course.tools import grading as G

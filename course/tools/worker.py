@@ -142,8 +142,26 @@ class Worker:
         return {"ok": True, "value": value}
 
     # -- forbidden shortcuts ------------------------------------------------------------------
-    def forbid(self, names, why):
-        from course import checks
+    # The pieces the forbidden-call check runs on, as they were before any learner's code ran (the
+    # worker is imported first): a learner's code that replaces one of them is reported at unforbid.
+    @staticmethod
+    def _integrity():
+        from course import checks, forbidden
+
+        return {"course.forbidden.Guard.__enter__": forbidden.Guard.__dict__.get("__enter__"),
+                "course.forbidden.Guard.__exit__": forbidden.Guard.__dict__.get("__exit__"),
+                "course.forbidden.Guard.refuse": forbidden.Guard.__dict__.get("refuse"),
+                "course.forbidden._Kernels.__torch_dispatch__": forbidden._Kernels.__dict__.get("__torch_dispatch__"),
+                "course.forbidden._Functions.__torch_function__": forbidden._Functions.__dict__.get("__torch_function__"),
+                "course.checks._targets": checks.__dict__.get("_targets"),
+                "course.forbidden.Guard": forbidden.__dict__.get("Guard"),
+                "Worker.forbid": Worker.__dict__.get("forbid"), "Worker.unforbid": Worker.__dict__.get("unforbid")}
+
+    def forbid(self, names, why, limit=None):
+        """Block the forbidden names (attribute patches) and, below them, every call of those functions
+        and of their ATen kernels, and any tensor above ``limit`` elements (:class:`course.forbidden.Guard`),
+        until :meth:`unforbid`."""
+        from course import checks, forbidden
 
         saved = []
         for owner, attr in checks._targets(tuple(names)):
@@ -152,19 +170,32 @@ class Worker:
                 qual = f"{getattr(owner, '__name__', 'torch')}.{attr}"
 
                 def blocked(*a, _q=qual, **k):
-                    self.violations.append(_q)
+                    self.violations.append(f"your code called {_q}: this exercise asks you to {why}.")
                     raise AssertionError(f"{_q} was called: this exercise asks you to {why}.")
                 setattr(owner, attr, blocked)
                 saved.append((owner, attr, original))
             except (AttributeError, TypeError):
                 continue
-        self.forbidden.append(saved)
+        original = _PRISTINE or {}
+        cls = original.get("course.forbidden.Guard") or forbidden.Guard
+        guard = cls(names, why, None if limit is None else int(limit))
+        (original.get("course.forbidden.Guard.__enter__") or cls.__enter__)(guard)
+        self.forbidden.append((saved, guard))
 
     def unforbid(self):
-        for owner, attr, original in reversed(self.forbidden.pop() if self.forbidden else []):
+        """End the innermost :meth:`forbid`; returns what was violated meanwhile (sentences)."""
+        saved, guard = self.forbidden.pop() if self.forbidden else ([], None)
+        pristine = _PRISTINE or {}
+        if guard is not None:
+            (pristine.get("course.forbidden.Guard.__exit__") or type(guard).__exit__)(guard, None, None, None)
+        for owner, attr, original in reversed(saved):
             setattr(owner, attr, original)
-        found, self.violations = self.violations, []
-        return found
+        changed = [k for k, v in self._integrity().items() if pristine and pristine.get(k) is not v]
+        tampered = [f"your code replaced {', '.join(changed[:3])}, part of the check of forbidden calls: a notebook "
+                    "that switches the check off fails the tests that use it."] if changed else []
+        found = tampered + self.violations + (guard.violations if guard is not None else [])
+        self.violations = []
+        return list(dict.fromkeys(found))[:20]
 
     # -- requests -----------------------------------------------------------------------------
     def run_cell(self, source: str, index: int):
@@ -195,7 +226,7 @@ class Worker:
                 return {"ok": True, "missing": True}
             return self.answer(self.ns[name])
         if op == "forbid":
-            self.forbid(req["names"], req["why"])
+            self.forbid(req["names"], req["why"], req.get("limit"))
             return {"ok": True, "value": None}
         if op == "unforbid":
             return {"ok": True, "value": self.unforbid()}
@@ -303,6 +334,8 @@ class Worker:
                                                                 "message": "the answer is too large to send"}}, self.handle_of)
         wire.send(self.wfd, payload)
 
+
+_PRISTINE: dict = {}       # Worker._integrity() taken at start, before any learner's code ran
 
 SCRATCH = ("/sandbox/work", "/sandbox/home", "/tmp")
 INBOX = "/sandbox/inbox"            # the lesson's data files, bound read-only; copied into work/ per submission
@@ -556,6 +589,7 @@ def main() -> None:
     torch.set_num_threads(1)
     import course  # noqa: F401
     from course import checks  # noqa: F401
+    _PRISTINE.update(Worker._integrity())
     _warm([a.split("=", 1)[1] for a in sys.argv if a.startswith("--warm=")])
     ctrl = [a.split("=", 1)[1] for a in sys.argv if a.startswith("--zygote=")]
     if ctrl and os.getpid() == 1:
