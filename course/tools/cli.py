@@ -14,7 +14,7 @@ from pathlib import Path
 
 def _cmd_run(args) -> int:
     from course.tools.lessons import resolve
-    from course.tools.runner import run_lessons
+    from course.tools.runner import run_lessons, run_lessons_seeds
 
     from course.config import DeviceError, resolve_device
 
@@ -23,6 +23,13 @@ def _cmd_run(args) -> int:
     except DeviceError as exc:
         print(f"course run: {exc}\n(pass --device auto or --device cpu)", file=sys.stderr)
         return 2
+    if args.seeds is not None:
+        if not args.seeds:
+            print("course run: --seeds needs at least one seed, e.g. --seeds 0 1 2", file=sys.stderr)
+            return 2
+        summaries = run_lessons_seeds(resolve(args.lessons), Path(args.out), seeds=args.seeds, profile=args.profile,
+                                      device=args.device, timeout=args.timeout)
+        return 0 if all(s.status == "passed" for s in summaries) else 1
     results = run_lessons(resolve(args.lessons), Path(args.out), profile=args.profile, device=args.device,
                           seed=args.seed, timeout=args.timeout)
     return 0 if all(r.status == "passed" for r in results) else 1
@@ -152,7 +159,11 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--profile", default="auto", choices=["auto", "smoke", "standard", "full"],
                    help="smoke: seconds (CI); standard: a few minutes on a CPU; full: GPU; auto: full on CUDA else standard")
     r.add_argument("--device", default="auto", help="auto, cpu or cuda")
-    r.add_argument("--seed", type=int, default=0, help="the SEED parameter of every notebook (default 0)")
+    seed = r.add_mutually_exclusive_group()
+    seed.add_argument("--seed", type=int, default=0, help="the SEED parameter of every notebook (default 0)")
+    seed.add_argument("--seeds", type=int, nargs="*", default=None, metavar="SEED",
+                      help="run every lesson once per seed (e.g. --seeds 0 1 2); the report gives each metric's "
+                           "mean ± sd and whether each target held on every seed (exit 1 if one did not)")
     r.add_argument("--out", default="results", help="folder for executed notebooks and the report (default results/)")
     r.add_argument("--timeout", type=int, default=None, help="seconds one cell may run (default: each lesson's own, 600 at most)")
     r.set_defaults(func=_cmd_run)
