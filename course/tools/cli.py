@@ -272,7 +272,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help="open the repository with solutions/ and the formgrader (every lesson, with its points)"
                      if full else argparse.SUPPRESS)
     lab.add_argument("--notebook-dir", "--root-dir", dest="notebook_dir", default=None,
-                     help="folder to serve (default: notebooks/, or the repository with --instructor)")
+                     help="folder to serve (default: notebooks/" + (", or the repository with --instructor)" if full else ")"))
     lab.add_argument("--port", type=int, default=None, help="port (default: Jupyter's, 8888 or the next free one)")
     lab.add_argument("--ip", default=None, help="address to listen on, e.g. 0.0.0.0 on a remote machine")
     lab.add_argument("--token", default=None, help="login token ('' for none: only on a machine you trust)")
