@@ -177,6 +177,26 @@ def test_learner_copy_offers_only_the_learners_commands(monkeypatch, capsys):
     assert "instructor's copy" in capsys.readouterr().err
 
 
+LEARNER_TOOLS = {"__init__", "cli", "checker", "doctor", "lab", "lessons"}
+
+
+def test_handout_ships_the_learners_tools_and_they_import(tmp_path):
+    """The learner's copy holds the modules its commands need, each importable there on its own; a new
+    module in course/tools/ ships only if it is added here (else to dist.INSTRUCTOR_ONLY)."""
+    handout = build_handout(tmp_path / "handout")
+    shipped = {p.stem for p in (handout / "course" / "tools").glob("*.py")}
+    assert shipped == LEARNER_TOOLS, (f"course/tools/ in the learner's copy: {sorted(shipped)}. A module learners' "
+                                      "commands do not need goes into dist.INSTRUCTOR_ONLY.")
+    code = ("import importlib, course\n"
+            f"assert course.__file__.startswith({str(handout)!r}), course.__file__\n"
+            f"for m in {sorted(LEARNER_TOOLS - {'__init__'})!r}:\n"
+            "    importlib.import_module('course.tools.' + m)\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("COURSE_")}
+    env["PYTHONPATH"] = str(handout)
+    proc = subprocess.run([sys.executable, "-c", code], cwd=handout, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+
 def test_course_check_on_a_missing_notebook_is_exit_2(tmp_path, capsys):
     """Exit 1 means "a test failed" (make check turns it into 0: the report is the answer); a notebook
     that cannot be checked at all is 2, which make check passes on."""

@@ -128,7 +128,7 @@ def _cmd_dist(args) -> int:
         print(f"course dist: {len(problems)} problem(s): do NOT hand this folder out.", file=sys.stderr)
         return 1
     print(f"Student distribution written to {Path(args.dest).resolve()}: notebooks/, the course package without "
-          "the instructor's tools, README.md and a Makefile (setup, lab, check). Checked: no solution, no hidden test, "
+          "the instructor's tools, README.md and a Makefile (setup, lab, check, doctor). Checked: no solution, no hidden test, "
           "no graded answer.")
     return 0
 
