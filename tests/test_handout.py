@@ -83,7 +83,8 @@ def learner_env(tmp: Path) -> dict:
            if not k.startswith(drop) and k not in ("IPYTHONDIR", "MPLCONFIGDIR", "MPLBACKEND", "XDG_CACHE_HOME",
                                                    "TORCH_HOME", "VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME")}
     env.update(HOME=str(tmp / "home"), PATH=str(shim) + os.pathsep + env.get("PATH", "/usr/bin:/bin"),
-               PIP_NO_INDEX="1", PIP_NO_BUILD_ISOLATION="0", PIP_DISABLE_PIP_VERSION_CHECK="1", HF_HUB_OFFLINE="1")
+               PIP_NO_INDEX="1", PIP_DISABLE_PIP_VERSION_CHECK="1", HF_HUB_OFFLINE="1",
+               PIP_NO_BUILD_ISOLATION="0")     # pip's inverted spelling of --no-build-isolation
     return env
 
 

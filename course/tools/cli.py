@@ -228,7 +228,9 @@ def build_parser() -> argparse.ArgumentParser:
     rel.set_defaults(func=_cmd_release)
 
     c = sub.add_parser("check", help="run a notebook's public tests and report each one",
-                       description="Execute your notebook (smoke profile) and report every public test in plain words.")
+                       description="Execute your notebook (smoke profile) and report every public test in plain words. "
+                                   "Exit 0: every public test passed; 1: a test failed (see the report); 2: the "
+                                   "notebook could not be checked.")
     c.add_argument("notebook", help="path of your notebook, e.g. notebooks/05_self_attention/05_self_attention.ipynb")
     c.add_argument("--timeout", type=int, default=120, help="seconds one cell may run (default 120)")
     c.set_defaults(func=_cmd_check)
