@@ -342,7 +342,7 @@ def test_handout_colab_paragraph(tmp_path):
     env["PATH"] = str(host / "bin") + os.pathsep + env["PATH"]          # Colab's `pip` and `python`
     proc = sh(cmds["colab"], handout, env)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
-    notebook = handout / readme_commands(handout)["make_check"].split("NOTEBOOK=")[1]
+    notebook = handout / cmds["make_check"].split("NOTEBOOK=")[1]
     fill_in(notebook, notebook.parent.name)
     n_tests, _ = public_tests(notebook)
     proc = sh(f"python -m course.tools.cli check {notebook.relative_to(handout)}", handout, env)
