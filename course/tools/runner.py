@@ -21,11 +21,8 @@ from course.tools.lessons import Lesson
 __all__ = ["LessonResult", "SeedSummary", "summarize_seeds", "run_lessons", "run_lessons_seeds", "format_table",
            "format_seed_table", "KERNEL_ARGUMENTS"]
 
-# The kernels `course run` and `course check` start print only their errors on the terminal:
-# ipykernel 7.4+ otherwise warns, once per kernel, that its local TCP sockets are not encrypted
-# (Jupyter's standard set-up; messages are signed with the connection file's key). Warnings raised
-# by a notebook's own cells still reach its outputs.
-KERNEL_ARGUMENTS = ["--IPKernelApp.log_level=ERROR"]
+# Shared with `course check`, which learners' copies (course dist) ship without this module.
+from course.tools.checker import KERNEL_ARGUMENTS  # noqa: E402
 
 
 @dataclass
