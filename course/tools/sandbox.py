@@ -241,7 +241,8 @@ def worker_command(scratch: Path | None = None, *, sandbox: bool = True, zygote:
     python = sys.executable
     worker = [python, "-I", "-m", "course.tools.worker"] if not sandbox else [python, "-m", "course.tools.worker"]
     limits = limits or Limits()
-    keep = sorted({"/tmp/" + p.split("/")[2] for p in _read_only_paths() if p.startswith("/tmp/")})
+    seen = [p[1] if isinstance(p, tuple) else p for p in _read_only_paths()]     # where each bound path appears
+    keep = sorted({"/tmp/" + p.split("/")[2] for p in seen if p.startswith("/tmp/")})
     if sandbox and zygote:
         if ctrl_fd is None:
             raise ValueError("a zygote needs its control socket")
