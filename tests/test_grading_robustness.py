@@ -256,3 +256,29 @@ def test_the_lessons_files_reach_the_working_folder(tmp_path):
                           "assert f() == 42, f()")
     result = _judge(tmp_path, source, sub, files=[str(data)])
     assert result["cells"][0]["passed"], result
+
+
+def test_a_sandbox_that_fails_is_a_grader_error_not_a_zero(tmp_path, monkeypatch):
+    """When the sandbox itself cannot start or restart, the submission is `grader-error` (0 points until it is
+    graded again, and a re-run grades it again), never a `graded` 0 the instructor would trust."""
+    from course.tools import grading
+
+    subs = tmp_path / "subs"
+    write_submission(subs, "alice", LESSON, build_submission(LESSON))
+    calls = []
+
+    def broken(self, slot, spec):
+        calls.append(spec["notebook"])
+        nb = nbformat.read(spec["source"], as_version=4)
+        cells = [{"grade_id": c.metadata.nbgrader.grade_id, "points": c.metadata.nbgrader.points,
+                  "max_points": c.metadata.nbgrader.points, "passed": True, "message": ""}
+                 for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade") and c.cell_type == "code"]
+        return {"cells": cells, "events": ["sandbox: the sandbox did not start (bwrap: setting up uid map)"]}
+
+    monkeypatch.setattr(grading._Judges, "grade", broken)
+    for _ in range(2):
+        grading.grade(subs, tmp_path / "out", unsafe_no_sandbox=True, jobs=1)
+        r = results_by_key(tmp_path / "out" / "results.json")[("alice", LESSON)]
+        assert r["status"] == "grader-error" and r["score"] == 0, r
+        assert "sandbox failed" in r["detail"], r["detail"]
+    assert len(calls) == 2                                     # the re-run graded it again

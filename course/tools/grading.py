@@ -647,7 +647,12 @@ def grade(submissions: Path, out: Path, *, timeout: int = 60, lessons: list[str]
                 problems.append("the student's process died and was restarted: " + ", ".join(deaths))
             if judged.get("suspicious"):
                 problems.append("suspicious code: " + "; ".join(judged["suspicious"][:6]))
-            res.status = ("suspicious" if judged.get("suspicious") else "kernel-died" if deaths else
+            broken = [e for e in events if e.startswith("sandbox:")]   # the sandbox itself failed: re-gradable
+            if broken:
+                problems.append("the grader's sandbox failed: " + "; ".join(broken))
+                res.score = 0.0   # as every grader-error: nothing counts until it is graded again
+            res.status = ("grader-error" if broken else "suspicious" if judged.get("suspicious") else
+                          "kernel-died" if deaths else
                           "timeout" if timeouts else "test-cells-deleted" if deleted else "graded")
             res.detail = "; ".join(([note] if note else []) + problems)
             res.phases = judged.get("phases", {})

@@ -880,7 +880,7 @@ def grade_submission(spec: dict) -> dict:
                 try:
                     restart(what)
                 except WorkerGone as exc2:
-                    events.append(str(exc2))
+                    events.append(f"sandbox: {exc2}")
                     dead = True
             finally:
                 session.deadline = None
