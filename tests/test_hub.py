@@ -314,7 +314,7 @@ def test_workshop_on_a_hub(room, monkeypatch):
     from course.tools import sandbox
 
     unsafe = [] if sandbox.available()[0] else ["--unsafe-no-sandbox"]
-    _course("grade", LESSON, "--jobs", "1", *unsafe)
+    _course("grade", LESSON, "--jobs", "2", *unsafe)
     rows = {r["student"]: r for r in csv.DictReader(open(hub.grades / "grades.csv", encoding="utf-8"))}
     assert set(rows) == set(LEARNERS), rows
     assert float(rows[LEARNERS[0]]["score"]) == 0
@@ -330,10 +330,12 @@ def test_workshop_on_a_hub(room, monkeypatch):
         assert r.status_code == 200, r.text[:300]
         assert not any(other in r.text for other in LEARNERS if other != name), "a learner's listing names another learner"
         stamps = hub.api("get", f"/user/{name}/api/contents/{LESSON}/feedback", token).json()["content"]
-        pages = [f"{s['path']}/{LESSON}.html" for s in stamps if s["type"] == "directory"]
-        assert len(pages) == 1, f"{name} has {len(pages)} feedback pages"
+        pages = [f["path"] for st in stamps if st["type"] == "directory"
+                 for f in hub.api("get", f"/user/{name}/api/contents/{quote(st['path'])}", token).json()["content"]
+                 if f["name"].endswith(".html")]
+        assert len(pages) == 1, f"{name} has {len(pages)} feedback pages: {stamps}"
         page = hub.api("get", f"/user/{name}/api/contents/{quote(pages[0])}", token, params={"format": "text", "type": "file"})
-        assert page.status_code == 200, f"{name}: {pages[0]}: {page.status_code}"
+        assert page.status_code == 200, f"{name}: {pages[0]}: {page.status_code} {page.text[:200]}"
         text = page.json()["content"]
         assert "course-feedback" in text and f"{float(rows[name]['score']):g}" in text
         for other in LEARNERS:
