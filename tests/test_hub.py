@@ -333,7 +333,7 @@ def test_workshop_on_a_hub(room, monkeypatch):
         pages = [f["path"] for st in stamps if st["type"] == "directory"
                  for f in hub.api("get", f"/user/{name}/api/contents/{quote(st['path'])}", token).json()["content"]
                  if f["name"].endswith(".html")]
-        assert len(pages) == 1, f"{name} has {len(pages)} feedback pages: {stamps}"
+        assert len(pages) == 1, f"{name} has {len(pages)} feedback pages: {stamps}\n{hub.log_text()[-4000:]}"
         page = hub.api("get", f"/user/{name}/api/contents/{quote(pages[0])}", token, params={"format": "text", "type": "file"})
         assert page.status_code == 200, f"{name}: {pages[0]}: {page.status_code} {page.text[:200]}"
         text = page.json()["content"]
@@ -344,6 +344,11 @@ def test_workshop_on_a_hub(room, monkeypatch):
                 # and no file of another learner is readable by this one (homes are 0700)
                 peek = subprocess.run(["runuser", "-u", name, "--", "ls", f"/home/{other}"], capture_output=True)
                 assert peek.returncode != 0, f"{name} can list {other}'s home"
+        # the released pages are named by each submission's secret, in a folder no learner may list
+        released = hub.exchange / COURSE / "feedback"
+        assert len(list(released.glob("*.html"))) == len(LEARNERS)
+        peek = subprocess.run(["runuser", "-u", name, "--", "ls", str(released)], capture_output=True)
+        assert peek.returncode != 0, f"{name} can list every learner's released feedback"
 
     phase("feedback fetched")
     hub.stop()

@@ -91,6 +91,12 @@ def test_workshop_cycle(tmp_path):
 
     out = host("return", LESSON)
     assert "returned feedback" in out and "alice" in out and "bob" in out, out
+    # On a hub every learner is another Unix user: the released pages must be readable by them, in a
+    # folder none of them may list (nbgrader names each page by its submission's secret).
+    released = exchange / COURSE / "feedback"
+    assert released.stat().st_mode & 0o777 == 0o711, oct(released.stat().st_mode)
+    pages = sorted(released.glob("*.html"))
+    assert len(pages) == 2 and all(p.stat().st_mode & 0o004 for p in pages), [oct(p.stat().st_mode) for p in pages]
     for name in ("alice", "bob"):
         home = learner(name, "fetch_feedback", LESSON)
         pages = list((home / LESSON / "feedback").glob(f"*/{LESSON}.html"))

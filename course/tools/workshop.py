@@ -101,6 +101,11 @@ def give_back(lesson_names, *, grades=None, exchange=None, cid=None) -> dict[str
                 continue
             for n in ("timestamp.txt", "submission_secret.txt"):
                 shutil.copyfile(submitted / n, page.parent / n)
+            # nbgrader's exchange gives each learner their page by name, not by owner: it is copied
+            # (mode and all) to a file named by the submission's secret in a folder learners may
+            # enter but not list (0711). The grader writes pages 0600, which only the host could read
+            # back, and a learner's fetch_feedback would fail; any reader may open it, none can find it.
+            page.chmod(0o644)
             students.append(student)
         if students:
             _run(ws, "release_feedback", l.id)
