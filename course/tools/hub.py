@@ -1,11 +1,17 @@
 """The course on a JupyterHub: learner labs for learners, the instructor lab for the instructors.
 
-A hub's ``jupyterhub_config.py`` (TLJH: a file in ``/opt/tljh/config/jupyterhub_config.d/``; Zero to
-JupyterHub: ``hub.extraConfig``; the loopback test: tests/test_hub.py) calls::
+A hub's ``jupyterhub_config.py`` (TLJH: deploy/tljh/course.py, installed in
+``/opt/tljh/config/jupyterhub_config.d/``; the loopback test: tests/test_hub.py) calls::
 
     from course.tools import hub
-    hub.configure(c, exchange="/srv/nbgrader/exchange", config_dir="/srv/course/lab-config",
-                  instructors={"instructor"}, grades="/home/instructor/grades")
+    hub.configure(c, exchange="/srv/nbgrader/exchange", config_dir="/srv/course-lab-config",
+                  instructors={"instructor"}, grades="/home/jupyter-instructor/grades",
+                  python="/opt/course/learner/bin/python")
+
+This module imports only the standard library (and course.tools.lab), so a hub's own environment
+can import it from the handout folder without the course's dependencies. On Zero to JupyterHub the
+image holds both folders (:func:`write_configs`, deploy/z2jh/Dockerfile) and the hub only picks one
+per user (deploy/z2jh/values.yaml).
 
 Every user server then starts ``jupyterhub-singleuser`` with a Jupyter configuration folder on
 ``JUPYTER_CONFIG_PATH``, the same settings ``course lab`` writes (course/tools/lab.py):
@@ -18,7 +24,8 @@ Every user server then starts ``jupyterhub-singleuser`` with a Jupyter configura
 
 nbgrader's exchange is a folder: every learner must be a distinct Unix user (TLJH, or a
 LocalProcessSpawner/SystemdSpawner hub), since nbgrader names a submission after the Unix account
-and keeps learners apart with file permissions. deploy/z2jh/README.md says how Kubernetes does it.
+and keeps learners apart with file permissions. deploy/z2jh/README.md says how Kubernetes does it
+(a uid per learner).
 """
 
 from __future__ import annotations
@@ -73,11 +80,13 @@ def write_configs(config_dir, *, exchange, course_id: str | None = None, grades=
 
 
 def configure(c, *, exchange, config_dir, course_id: str | None = None, instructors=(), grades=None,
-              python: str | None = None) -> dict[str, Path]:
+              python: str | None = None, instructor_python: str | None = None) -> dict[str, Path]:
     """Set a JupyterHub configuration ``c`` up for the course (see the module's docstring).
 
-    ``python`` is the interpreter of the user environment (the ``course dist`` handout installed in
-    a venv or an image); default: this one.
+    ``python`` is the interpreter of the learners' environment (the ``course dist`` handout installed
+    in a venv or an image); default: this one. ``instructor_python``, if given, runs the instructors'
+    servers instead (the instructor's copy of the repository, with ``course workshop``); default:
+    ``python``.
     """
     folders = write_configs(config_dir, exchange=exchange, course_id=course_id, grades=grades)
     python = python or sys.executable
@@ -97,6 +106,9 @@ def configure(c, *, exchange, config_dir, course_id: str | None = None, instruct
         env = dict(common, JUPYTER_CONFIG_PATH=str(folders[kind]))
         if kind == "instructor":
             env["COURSE_GRADES"] = str(grades)
+            if instructor_python:
+                spawner.cmd = [instructor_python, "-m", "jupyterhub.singleuser"]
+                env["PATH"] = os.pathsep.join([str(Path(instructor_python).parent), common["PATH"]])
         spawner.environment = {**spawner.environment, **env}    # a copy: never the shared default
 
     c.Spawner.pre_spawn_hook = pre_spawn
