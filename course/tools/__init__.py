@@ -4,6 +4,7 @@
 the student distribution), ``runner`` (``course run``), ``checker`` (``course check``), ``doctor``,
 ``workspace`` (nbgrader course folders), ``authoring`` (building lesson notebooks), ``lessons``
 (which lessons exist). Notebooks never import from here. A learner's copy (``course dist``) keeps only
-what the learner's commands need: ``cli``, ``checker``, ``doctor``, ``lab``, ``lessons``; the rest is
-listed in ``dist.INSTRUCTOR_ONLY``.
+what the learner's commands need: ``cli``, ``checker``, ``doctor``, ``lab``, ``lessons``, and ``hub``
+(a JupyterHub's settings, which a hub reads from the handout: deploy/); the rest is listed in
+``dist.INSTRUCTOR_ONLY``.
 """
