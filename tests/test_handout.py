@@ -178,7 +178,7 @@ def test_learner_copy_offers_only_the_learners_commands(monkeypatch, capsys):
     assert "instructor's copy" in capsys.readouterr().err
 
 
-LEARNER_TOOLS = {"__init__", "cli", "checker", "doctor", "lab", "lessons"}
+LEARNER_TOOLS = {"__init__", "cli", "checker", "doctor", "lab", "lessons", "hub"}   # hub: a JupyterHub reads it from the handout (deploy/)
 
 
 def test_handout_ships_the_learners_tools_and_they_import(tmp_path):
