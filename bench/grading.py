@@ -1,6 +1,6 @@
 """Grading throughput, side by side in one run: plain `nbgrader autograde` against `course grade`.
 
-    .venv/bin/python bench/grading.py [--lesson 05_self_attention] [--n 8] [--jobs N] [--baseline DIR]
+    .venv/bin/python bench/grading.py [--lesson 05_self_attention] [--n 8] [--jobs N]
 
 Every submission is distinct (the reference solution with the student's name in a comment), so no
 cache is flattered; ``--identical`` grades N copies of one notebook instead. nbgrader runs each
@@ -10,8 +10,7 @@ submission, skips the experiment cells, decides verdicts in its judge and runs -
 Each `course grade` is timed as a whole command, in a fresh --out, for a batch of 2 and a batch of
 N: the per-submission cost is the slope, the per-batch cost (start-up) what a batch pays before it
 (``--n`` at least 4). Also timed: N submissions as 2 shards run side by side (--jobs split between
-them) plus their merge. ``--baseline DIR`` times another checkout's `course grade` the same way,
-in the same run (e.g. ``git archive main | tar -x -C /tmp/main``), for before/after numbers.
+them) plus their merge.
 """
 
 from __future__ import annotations
@@ -47,35 +46,34 @@ def nbgrader_autograde(lesson: str, subs: Path, work: Path) -> float:
     return time.perf_counter() - start
 
 
-def course(checkout: Path, *argv: str, background: bool = False):
-    """`course ARGV` from ``checkout`` (this one, or a --baseline's source tree) in this venv."""
-    env = dict(os.environ, COURSE_ROOT=str(checkout), PYTHONPATH=str(checkout))
-    cmd = [sys.executable, "-m", "course.tools.cli", *argv]
+def course(*argv: str, background: bool = False):
+    """`course ARGV`, the command of this venv."""
+    cmd = [str(Path(sys.executable).parent / "course"), *argv]
     if background:
-        return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=checkout)
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=checkout)
+        return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
         raise SystemExit(f"course {' '.join(argv)} failed:\n{proc.stdout[-2000:]}{proc.stderr[-2000:]}")
     return proc.stdout
 
 
-def timed_grade(checkout: Path, subs: Path, out: Path, jobs: int) -> tuple[float, str]:
+def timed_grade(subs: Path, out: Path, jobs: int) -> tuple[float, str]:
     start = time.perf_counter()
-    said = course(checkout, "grade", str(subs), "--out", str(out), "--jobs", str(jobs))
+    said = course("grade", str(subs), "--out", str(out), "--jobs", str(jobs))
     seconds = time.perf_counter() - start
     startup = next((ln for ln in said.splitlines() if ln.startswith("start-up:")), "")
     return seconds, startup
 
 
-def sharded(checkout: Path, subs: Path, tmp: Path, jobs: int) -> float:
+def sharded(subs: Path, tmp: Path, jobs: int) -> float:
     start = time.perf_counter()
-    procs = [course(checkout, "grade", str(subs), "--out", str(tmp / f"shard-{i}"), "--shard", f"{i}/2",
+    procs = [course("grade", str(subs), "--out", str(tmp / f"shard-{i}"), "--shard", f"{i}/2",
                     "--jobs", str(max(1, jobs // 2)), background=True) for i in range(2)]
     for p in procs:
         said, _ = p.communicate()
         if p.returncode != 0:
             raise SystemExit(f"a shard failed:\n{said[-3000:]}")
-    course(checkout, "grade", "merge", str(tmp / "shard-0"), str(tmp / "shard-1"), "--out", str(tmp / "merged"))
+    course("grade", "merge", str(tmp / "shard-0"), str(tmp / "shard-1"), "--out", str(tmp / "merged"))
     return time.perf_counter() - start
 
 
@@ -95,7 +93,6 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=8)
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--identical", action="store_true", help="N copies of one notebook (flatters caches)")
-    ap.add_argument("--baseline", type=Path, default=None, help="another checkout's source tree, timed the same way")
     args = ap.parse_args()
     if args.n < 4:
         ap.error("--n must be at least 4 (a batch of 2 and a batch of N give the per-batch cost)")
@@ -107,13 +104,11 @@ def main() -> None:
         shutil.copytree(subs / student, small / student)
     n = args.n
     t_nb = nbgrader_autograde(args.lesson, subs, tmp / "nbgrader")
-    rows = []
-    for label, checkout in [("course grade", ROOT)] + ([("baseline", args.baseline.resolve())] if args.baseline else []):
-        t2, _ = timed_grade(checkout, small, tmp / f"{label}-2", args.jobs)
-        tn, startup = timed_grade(checkout, subs, tmp / f"{label}-n", args.jobs)
-        per = (tn - t2) / (n - 2)
-        rows.append((f"{label} --jobs {args.jobs}", tn, per, t2 - 2 * per, startup))
-    t_shards = sharded(ROOT, subs, tmp / "shards", args.jobs)
+    t2, _ = timed_grade(small, tmp / "course-2", args.jobs)
+    tn, startup = timed_grade(subs, tmp / "course-n", args.jobs)
+    per = (tn - t2) / (n - 2)
+    rows = [(f"course grade --jobs {args.jobs}", tn, per, t2 - 2 * per, startup)]
+    t_shards = sharded(subs, tmp / "shards", args.jobs)
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     kind = "identical copies" if args.identical else "distinct submissions"
     print(f"{args.lesson}, {n} {kind}, {os.cpu_count()} CPU cores, load average {load:.1f} at the end")

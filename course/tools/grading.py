@@ -585,7 +585,7 @@ def grade(submissions: Path, out: Path, *, timeout: int = 60, lessons: list[str]
             previous = {}
 
     # Judges start now, if anything needs grading, and import their libraries while this process
-    # prepares the workspace; the sandbox is tried alongside (both take seconds).
+    # prepares the workspace (both take seconds).
     version = {lesson: _sha256(known[lesson].solution) for lesson in used}    # = the workspace's source/
     todo = sum(1 for student, lesson, folder in items if _needs_judge(previous.get((student, lesson)), folder, lesson,
                                                                        version[lesson]))
@@ -593,6 +593,7 @@ def grade(submissions: Path, out: Path, *, timeout: int = 60, lessons: list[str]
     if todo:
         judges.start_all()
     startup["scan"] = time.perf_counter() - t_start
+    had_gradebook = (out / "gradebook.db").is_file()
     try:
         t = time.perf_counter()
         ws = Workspace(out, timeout=timeout).prepare(used)
@@ -614,7 +615,7 @@ def grade(submissions: Path, out: Path, *, timeout: int = 60, lessons: list[str]
     except BaseException:
         judges.close()
         raise
-    gradebook_kept = ws.db_url == f"sqlite:///{ws.db_path}" and ws.db_path.is_file()
+    gradebook_kept = had_gradebook and ws.db_url == f"sqlite:///{ws.db_path}"    # else write kept results again
     keep_submitted = submissions != (ws.path / "submitted").resolve()   # `course workshop` grades in place
     lock = threading.Lock()
     # Scratch folders of the sandboxes (COURSE_GRADE_SCRATCH picks where: e.g. a faster disk).
