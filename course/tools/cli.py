@@ -118,11 +118,34 @@ def _cmd_grade(args) -> int:
 
     results = grade(Path(args.submissions), Path(args.out), timeout=args.timeout, lessons=args.lesson or None,
                     jobs=args.jobs, unsafe_no_sandbox=args.unsafe_no_sandbox, regrade=args.regrade,
-                    notebook_timeout=args.notebook_timeout, memory_mb=args.memory)
+                    notebook_timeout=args.notebook_timeout, memory_mb=args.memory, shard=args.shard)
     print()
     print(summary_table(results))
     print(f"Grades: {Path(args.out).resolve()}/grades.csv; per test: results.json; feedback: feedback/<student>/<lesson>/")
     return 0 if all(r.status in OK_STATUSES for r in results) else 1
+
+
+def _cmd_grade_merge(args) -> int:
+    from course.tools.grading import OK_STATUSES, MergeError, merge, summary_table
+
+    try:
+        results = merge([Path(p) for p in args.shards], Path(args.out), db_url=args.db_url)
+    except MergeError as exc:
+        print(f"course grade merge: {exc}", file=sys.stderr)
+        return 2
+    print()
+    print(summary_table(results))
+    print(f"Grades: {Path(args.out).resolve()}/grades.csv; per test: results.json; feedback: feedback/<student>/<lesson>/")
+    return 0 if all(r.status in OK_STATUSES for r in results) else 1
+
+
+def _shard(text: str):
+    from course.tools.grading import parse_shard
+
+    try:
+        return parse_shard(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _cmd_dist(args) -> int:
@@ -204,7 +227,7 @@ class _Commands:
         self.sub = sub
 
     def add_parser(self, name: str, **kwargs) -> argparse.ArgumentParser:
-        if available(name):
+        if available(name.split()[0]):       # "grade merge" is part of "grade"
             return self.sub.add_parser(name, **kwargs)
         kwargs.pop("help", None)
         return argparse.ArgumentParser(prog=f"course {name}", **kwargs)
@@ -249,7 +272,9 @@ def build_parser() -> argparse.ArgumentParser:
     g = sub.add_parser("grade", help="grade a folder of submissions with nbgrader",
                        description="Grade SUBMISSIONS/<student>/<lesson>/<lesson>.ipynb, each in a sandbox (bubblewrap), "
                                    "with test verdicts decided outside it; write grades.csv, results.json, feedback HTML "
-                                   "and the gradebook into --out.")
+                                   "and the gradebook into --out. A large class: run `course grade SUBMISSIONS --out "
+                                   "R_I --shard I/N` for I = 0..N-1 (anywhere: a Slurm array, a Kubernetes Indexed Job), "
+                                   "then `course grade merge R_0 ... R_N-1 --out R` (see `course grade merge --help`).")
     g.add_argument("submissions", help="folder laid out as nbgrader's submitted/: <student>/<lesson>/<lesson>.ipynb")
     g.add_argument("--out", required=True, help="workspace for grades, feedback and nbgrader's state (created if needed)")
     g.add_argument("--timeout", type=int, default=60, help="seconds one cell may run before it is stopped (default 60)")
@@ -261,7 +286,23 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--regrade", action="store_true", help="grade again submissions already graded and unchanged")
     g.add_argument("--unsafe-no-sandbox", action="store_true",
                    help="run submissions WITHOUT the bubblewrap sandbox (only for code you trust)")
+    g.add_argument("--shard", type=_shard, default=None, metavar="I/N",
+                   help="grade only shard I of N (0 <= I < N), chosen by a stable hash of (student, lesson); "
+                        "each shard gets its own --out, then `course grade merge` joins them")
     g.set_defaults(func=_cmd_grade)
+
+    gm = sub.add_parser("grade merge", help="merge the --out folders of `course grade --shard` runs",
+                        description="Merge shards graded by `course grade SUBMISSIONS --out R_I --shard I/N` into one "
+                                    "grading workspace: its grades.csv, results.json, feedback/, autograded/ and nbgrader "
+                                    "gradebook (merge is their only writer). Refuses overlapping or incomplete shards "
+                                    "and shards graded on another version of a lesson. Merging again changes nothing.")
+    gm.add_argument("shards", nargs="+", metavar="R", help="the --out folder of each shard")
+    gm.add_argument("--out", required=True, help="the merged grading workspace (created if needed)")
+    gm.add_argument("--db-url", default=None,
+                    help="nbgrader's gradebook in this database (CourseDirectory.db_url), e.g. "
+                         "postgresql://grader@dbhost/course (needs psycopg: pip install 'course[postgres]'); "
+                         "default: sqlite in --out, or the URL this workspace was merged with last time")
+    gm.set_defaults(func=_cmd_grade_merge)
 
     dd = sub.add_parser("dist", help="build the folder you hand to learners (no solutions, no hidden tests)",
                         description="Write the student distribution: student notebooks, the course package without the "
@@ -311,16 +352,26 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else list(argv)
-    if argv and argv[0] in INSTRUCTOR_COMMANDS and not available(argv[0]):
-        print(_not_here(argv[0]), file=sys.stderr)
-        return 2
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    """The command line as the ``course`` command reads it (``course grade merge ...`` is the
+    ``grade merge`` command: a submissions folder called ``merge`` is ``./merge``)."""
+    argv = list(argv)
+    if argv[:2] == ["grade", "merge"]:
+        argv[:2] = ["grade merge"]
     parser = build_parser()
     args, unknown = parser.parse_known_args(argv)
     if unknown and args.command != "lab":
         parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     args.extra = unknown    # `course lab --port 8899 ...` passes options on to jupyter lab
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv and argv[0] in INSTRUCTOR_COMMANDS and not available(argv[0]):
+        print(_not_here(argv[0]), file=sys.stderr)
+        return 2
+    args = parse_args(argv)
     try:
         return int(args.func(args) or 0)
     except ModuleNotFoundError as exc:

@@ -19,6 +19,12 @@ cells (tagged ``experiment``) are skipped. ``--jobs N`` grades N submissions at 
 Only this process writes results, after each submission finishes (atomic replace), so an
 interrupted batch keeps what it graded and a re-run resumes: a submission whose notebook and lesson
 have not changed keeps its result (``--regrade`` grades everything again).
+
+A class too large for one machine is cut into shards: ``--shard I/N`` grades only the submissions
+that a stable hash of (student, lesson) gives to shard ``I`` (:func:`shard_of`), into its own
+``--out``; any scheduler runs the N commands (a Slurm job array, a Kubernetes Indexed Job, GNU
+parallel). ``course grade merge R0 R1 ... --out R`` (:func:`merge`) then writes the class's
+grades.csv, results.json, feedback and gradebook (``--db-url``: nbgrader's gradebook in PostgreSQL).
 """
 
 from __future__ import annotations
@@ -43,7 +49,8 @@ import nbformat
 from course.tools.lessons import all_lessons
 from course.tools.workspace import Workspace
 
-__all__ = ["CellResult", "SubmissionResult", "grade", "summary_table", "OK_STATUSES", "STATUSES"]
+__all__ = ["CellResult", "SubmissionResult", "grade", "merge", "MergeError", "shard_of", "parse_shard", "summary_table",
+           "OK_STATUSES", "STATUSES"]
 
 OK_STATUSES = ("graded",)
 STATUSES = {
@@ -377,10 +384,27 @@ def _atomic_write(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
+def _write_results(out: Path, results) -> None:
+    """``grades.csv`` and ``results.json`` in ``out``, sorted by (student, lesson), each replaced atomically."""
+    import io
+
+    ordered = sorted(results, key=lambda r: (r.student, r.lesson))
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(["student", "lesson", "score", "max_score", "status"])
+    for r in ordered:
+        w.writerow([r.student, r.lesson, f"{r.score:g}", f"{r.max_score:g}", r.status])
+    _atomic_write(out / "grades.csv", buf.getvalue())
+    _atomic_write(out / "results.json", json.dumps([asdict(r) for r in ordered], indent=2) + "\n")
+
+
 def _record_gradebook(ws: Workspace, res: SubmissionResult) -> None:
     """Scores into nbgrader's gradebook (formgrader shows them): auto scores only, from the judge."""
     from nbgrader.api import Gradebook, MissingEntry
 
+    from course.tools.workspace import in_process_alembic_head
+
+    in_process_alembic_head()
     with Gradebook(ws.db_url) as gb:
         gb.update_or_create_student(res.student)
         try:
@@ -432,6 +456,8 @@ class _Judges:
     def __init__(self, jobs: int):
         self.jobs = max(1, int(jobs))
         self.procs: dict[int, subprocess.Popen] = {}
+        self.first: list[tuple] = []       # per judge process: (started, asked, answered, phases) of its first submission
+        self._started: dict[int, float] = {}
 
     def _proc(self, slot: int) -> subprocess.Popen:
         p = self.procs.get(slot)
@@ -440,12 +466,26 @@ class _Judges:
             p = self.procs[slot] = subprocess.Popen([sys.executable, "-m", "course.tools.judge"], stdin=subprocess.PIPE,
                                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env,
                                                     start_new_session=True)
+            self._started[slot] = time.perf_counter()
         return p
 
+    def start_all(self) -> None:
+        """Start every judge process now (each imports its libraries while the batch is prepared)."""
+        for slot in range(self.jobs):
+            self._proc(slot)
+
     def grade(self, slot: int, spec: dict) -> dict:
+        p = self._proc(slot)
+        started = self._started.pop(slot, None)      # set when this is the judge process's first submission
+        asked = time.perf_counter()
+        answer = self._ask(slot, p, spec)
+        if started is not None:
+            self.first.append((started, asked, time.perf_counter(), answer.get("phases", {})))
+        return answer
+
+    def _ask(self, slot: int, p: subprocess.Popen, spec: dict) -> dict:
         import select
 
-        p = self._proc(slot)
         limit = float(spec.get("notebook_timeout", 600)) * 2 + 300     # the judge enforces its own limits first
         try:
             p.stdin.write(json.dumps(spec) + "\n")
@@ -480,6 +520,16 @@ class _Judges:
                 p.kill()
 
 
+def _reusable(prev: dict | None, digest: str) -> bool:
+    """Was this submission (same notebook, same lesson version) graded in the last run, for good?"""
+    return bool(prev) and prev.get("sha256") == digest and prev.get("status") not in ("grader-error",)
+
+
+def _needs_judge(prev: dict | None, folder: Path, lesson: str, version: str) -> bool:
+    path, _ = _find_notebook(folder, lesson)
+    return path is not None and not _reusable(prev, _sha256(path) + ":" + version)
+
+
 def _progress(total: int, enabled: bool):
     if not enabled:
         return None
@@ -490,25 +540,32 @@ def _progress(total: int, enabled: bool):
 
 def grade(submissions: Path, out: Path, *, timeout: int = 60, lessons: list[str] | None = None, jobs: int | None = None,
           unsafe_no_sandbox: bool = False, regrade: bool = False, notebook_timeout: int | None = None,
-          memory_mb: int = 4096, progress=print) -> list[SubmissionResult]:
-    """Grade every ``<student>/<lesson>/`` folder under ``submissions``; write the outputs to ``out``."""
+          memory_mb: int = 4096, shard: tuple[int, int] | None = None, progress=print) -> list[SubmissionResult]:
+    """Grade every ``<student>/<lesson>/`` folder under ``submissions``; write the outputs to ``out``.
+
+    ``shard=(i, n)`` grades only the submissions that :func:`shard_of` gives to shard ``i`` of ``n``
+    (``--shard I/N``), and records that in ``out`` for :func:`merge`."""
     from course.tools import sandbox
 
+    t_start = time.perf_counter()
+    startup: dict[str, float] = {}          # the batch's start-up phases, printed at the end
     submissions = Path(submissions).resolve()
     if not submissions.is_dir():
         raise SystemExit(f"course grade: {submissions} is not a folder. Expected SUBMISSIONS/<student>/<lesson>/<lesson>.ipynb.")
-    if not unsafe_no_sandbox:
-        ok, why = sandbox.available()
-        if not ok:
-            raise SystemExit(f"course grade: {why}. Submissions are untrusted code and are only run in a sandbox: "
-                             + sandbox.INSTALL_HINT + ".")
+    if not unsafe_no_sandbox and sandbox._bwrap() is None:
+        raise SystemExit("course grade: bubblewrap (bwrap) is not installed. Submissions are untrusted code and are "
+                         "only run in a sandbox: " + sandbox.INSTALL_HINT + ".")
     jobs = jobs or os.cpu_count() or 1
     known = {l.id: l for l in all_lessons()}
     items: list[tuple[str, str, Path]] = []
     results: dict[tuple[str, str], SubmissionResult] = {}
+    if shard is not None:
+        shard = _check_shard(*shard)
     for student_dir in sorted(p for p in submissions.iterdir() if p.is_dir() and not p.name.startswith(".")):
         for lesson_dir in sorted(p for p in student_dir.iterdir() if p.is_dir() and not p.name.startswith(".")):
             if lessons and lesson_dir.name not in lessons:
+                continue
+            if shard is not None and shard_of(student_dir.name, lesson_dir.name, shard[1]) != shard[0]:
                 continue
             if lesson_dir.name not in known:
                 results[(student_dir.name, lesson_dir.name)] = SubmissionResult(
@@ -518,20 +575,6 @@ def grade(submissions: Path, out: Path, *, timeout: int = 60, lessons: list[str]
             items.append((student_dir.name, lesson_dir.name, lesson_dir))
     used = sorted({lesson for _, lesson, _ in items})
     out = Path(out).resolve()
-    ws = Workspace(out, timeout=timeout).prepare(used)
-    t_gen = time.perf_counter()
-    sources, releases, lesson_hash, files = {}, {}, {}, {}
-    for lesson in used:
-        ws.generate_cached(lesson)
-        sources[lesson] = ws.path / "source" / lesson / f"{lesson}.ipynb"
-        releases[lesson] = nbformat.read(str(ws.path / "release" / lesson / f"{lesson}.ipynb"), as_version=4)
-        lesson_hash[lesson] = _sha256(sources[lesson])
-        files[lesson] = [str(p) for p in (ws.path / "release" / lesson).iterdir()
-                         if p.is_file() and p.suffix != ".ipynb"]
-    gen_seconds = time.perf_counter() - t_gen
-    source_nbs = {l: nbformat.read(str(p), as_version=4) for l, p in sources.items()}
-    hidden = {l: _hidden_lines(source_nbs[l], releases[l]) for l in used}
-    warm = sorted({m for l in used for m in _imported_modules(source_nbs[l])})
     previous = {}
     results_path = out / "results.json"
     if results_path.is_file() and not regrade:
@@ -540,26 +583,58 @@ def grade(submissions: Path, out: Path, *, timeout: int = 60, lessons: list[str]
                 previous[(r["student"], r["lesson"])] = r
         except (ValueError, KeyError, TypeError):
             previous = {}
+
+    # Judges start now, if anything needs grading, and import their libraries while this process
+    # prepares the workspace (both take seconds).
+    version = {lesson: _sha256(known[lesson].solution) for lesson in used}    # = the workspace's source/
+    todo = sum(1 for student, lesson, folder in items if _needs_judge(previous.get((student, lesson)), folder, lesson,
+                                                                       version[lesson]))
+    judges = _Judges(min(jobs, max(1, todo)))
+    if todo:
+        judges.start_all()
+    startup["scan"] = time.perf_counter() - t_start
+    had_gradebook = (out / "gradebook.db").is_file()
+    try:
+        t = time.perf_counter()
+        ws = Workspace(out, timeout=timeout).prepare(used)
+        _record_shard(out, shard)
+        startup["workspace"] = time.perf_counter() - t
+        t = time.perf_counter()
+        sources, releases, lesson_hash, files = {}, {}, {}, {}
+        for lesson in used:
+            ws.generate_cached(lesson)
+            sources[lesson] = ws.path / "source" / lesson / f"{lesson}.ipynb"
+            releases[lesson] = nbformat.read(str(ws.path / "release" / lesson / f"{lesson}.ipynb"), as_version=4)
+            lesson_hash[lesson] = _sha256(sources[lesson])
+            files[lesson] = [str(p) for p in (ws.path / "release" / lesson).iterdir()
+                             if p.is_file() and p.suffix != ".ipynb"]
+        source_nbs = {l: nbformat.read(str(p), as_version=4) for l, p in sources.items()}
+        hidden = {l: _hidden_lines(source_nbs[l], releases[l]) for l in used}
+        warm = sorted({m for l in used for m in _imported_modules(source_nbs[l])})
+        startup["assignment"] = time.perf_counter() - t
+    except BaseException:
+        judges.close()
+        raise
+    gradebook_kept = had_gradebook and ws.db_url == f"sqlite:///{ws.db_path}"    # else write kept results again
     keep_submitted = submissions != (ws.path / "submitted").resolve()   # `course workshop` grades in place
     lock = threading.Lock()
     # Scratch folders of the sandboxes (COURSE_GRADE_SCRATCH picks where: e.g. a faster disk).
     scratch_base = Path(tempfile.mkdtemp(prefix="course-grade-", dir=os.environ.get("COURSE_GRADE_SCRATCH") or None))
     os.chmod(scratch_base, 0o711)
     if progress:
-        progress(f"course grade: {len(items)} submissions, {jobs} at a time; isolation: {sandbox.describe(unsafe_no_sandbox)}")
+        which = f"shard {shard[0]}/{shard[1]}: " if shard else ""
+        again = f" ({len(items) - todo} unchanged since the last run: kept)" if len(items) > todo else ""
+        progress(f"course grade: {which}{len(items)} submissions{again}, {judges.jobs if todo else 0} at a time; "
+                 f"isolation: {sandbox.describe(unsafe_no_sandbox, probe=False) if todo else 'none needed'}")
+    # The sandbox is not tried before the batch (that would cost as much as starting it): the judges
+    # start it, and a sandbox that fails makes a grader-error (re-gradable, never run unsandboxed).
+    # Then it is tried once, and if it cannot start on this machine at all the batch stops, saying why.
+    broken_sandbox: list[str] = []
 
     def write_all():
-        ordered = sorted(results.values(), key=lambda r: (r.student, r.lesson))
-        rows = ["student,lesson,score,max_score,status"]
-        buf = __import__("io").StringIO()
-        w = csv.writer(buf, lineterminator="\n")
-        w.writerow(["student", "lesson", "score", "max_score", "status"])
-        for r in ordered:
-            w.writerow([r.student, r.lesson, f"{r.score:g}", f"{r.max_score:g}", r.status])
-        _atomic_write(out / "grades.csv", buf.getvalue())
-        _atomic_write(results_path, json.dumps([asdict(r) for r in ordered], indent=2) + "\n")
+        _write_results(out, results.values())
 
-    def finish(res: SubmissionResult, nb=None, judged=None):
+    def finish(res: SubmissionResult, nb=None, judged=None, kept=False):
         if nb is not None and judged is not None:     # the judge rendered the pages; write them
             lesson = res.lesson
             if judged.get("autograded"):
@@ -571,18 +646,20 @@ def grade(submissions: Path, out: Path, *, timeout: int = 60, lessons: list[str]
             else:
                 res.detail += f"; feedback not written ({judged.get('feedback_error', 'no page')})"
         with lock:
-            if res.status not in ("unknown-lesson",) and res.lesson in sources:
+            # A result kept from the last run is in this gradebook already (unless it was not written then).
+            if res.status not in ("unknown-lesson",) and res.lesson in sources and not (
+                    kept and gradebook_kept and "gradebook not updated" not in res.detail):
                 try:
                     _record_gradebook(ws, res)
                 except Exception as exc:  # noqa: BLE001
                     res.detail += f"; gradebook not updated ({type(exc).__name__}: {str(exc)[:120]})"
             results[(res.student, res.lesson)] = res
-            write_all()
+            if not kept:                        # kept ones are written with the next graded one, or at the end
+                write_all()
 
     work: "queue.Queue" = queue.Queue()
     for item in items:
         work.put(item)
-    judges = _Judges(min(jobs, max(1, len(items))))
     bar = _progress(len(items), progress is not None and sys.stderr.isatty())
     done = [0]
 
@@ -605,14 +682,19 @@ def grade(submissions: Path, out: Path, *, timeout: int = 60, lessons: list[str]
             finish(res)
             return res
         digest = _sha256(path) + ":" + lesson_hash[lesson]
+        copy = ws.path / "submitted" / student / lesson / f"{lesson}.ipynb"
+        prev = previous.get((student, lesson))
+        if _reusable(prev, digest) and (copy.is_file() or not keep_submitted):
+            res = SubmissionResult(**{**prev, "cells": [CellResult(**c) for c in prev["cells"]]})
+            finish(res, kept=True)
+            return res
         nb, problem = _read_notebook(path)
         if nb is not None and keep_submitted:
             # nbgrader's own layout: the formgrader counts a lesson's submissions in submitted/.
-            _atomic_write(ws.path / "submitted" / student / lesson / f"{lesson}.ipynb", nbformat.writes(nb))
-        prev = previous.get((student, lesson))
-        if prev and prev.get("sha256") == digest and prev.get("status") not in ("grader-error",):
+            _atomic_write(copy, nbformat.writes(nb))
+        if _reusable(prev, digest):
             res = SubmissionResult(**{**prev, "cells": [CellResult(**c) for c in prev["cells"]]})
-            finish(res)
+            finish(res, kept=True)
             return res
         if nb is None:
             res = SubmissionResult(student, lesson, max_score=max_score, status="invalid-notebook", detail=problem, sha256=digest)
@@ -661,7 +743,7 @@ def grade(submissions: Path, out: Path, *, timeout: int = 60, lessons: list[str]
         return res
 
     def worker(slot: int):
-        while True:
+        while not broken_sandbox:
             try:
                 student, lesson, folder = work.get_nowait()
             except queue.Empty:
@@ -673,6 +755,10 @@ def grade(submissions: Path, out: Path, *, timeout: int = 60, lessons: list[str]
                 finish(res)
             with lock:
                 report(res)
+            if res.status == "grader-error" and "sandbox failed" in res.detail and not unsafe_no_sandbox:
+                ok, why = sandbox.available()
+                if not ok:
+                    broken_sandbox.append(why)
 
     t0 = time.perf_counter()
     threads = [threading.Thread(target=worker, args=(i,), daemon=True) for i in range(judges.jobs)]
@@ -688,12 +774,200 @@ def grade(submissions: Path, out: Path, *, timeout: int = 60, lessons: list[str]
         shutil.rmtree(scratch_base, ignore_errors=True)
         with lock:
             write_all()
+    if broken_sandbox:
+        raise SystemExit(f"course grade: {broken_sandbox[0]}. Submissions are untrusted code and are only run in a "
+                         f"sandbox: {sandbox.INSTALL_HINT}. Nothing was graded without it; the results so far are "
+                         "grader-error, graded again by the next run.")
     ordered = sorted(results.values(), key=lambda r: (r.student, r.lesson))
     if progress:
         n = max(1, len(items))
         progress(f"graded {len(items)} submissions in {time.perf_counter() - t0:.1f} s "
-                 f"({(time.perf_counter() - t0) / n:.2f} s each with {judges.jobs} jobs; assignment set-up {gen_seconds:.1f} s)")
+                 f"({(time.perf_counter() - t0) / n:.2f} s each with {judges.jobs} jobs)")
+        progress(_startup_line(startup, judges.first, t_start))
     return ordered
+
+
+def _process_age() -> float | None:
+    """Seconds since this process started (Linux), to count Python's start and imports; else None."""
+    try:
+        fields = Path("/proc/self/stat").read_text().rpartition(")")[2].split()
+        ticks = os.sysconf("SC_CLK_TCK")
+        return float(Path("/proc/uptime").read_text().split()[0]) - int(fields[19]) / ticks
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _startup_line(startup: dict, first: list, t_start: float) -> str:
+    """What the batch paid before its first verdict, phase by phase (``course grade`` prints it)."""
+    age = _process_age()
+    before = age - (time.perf_counter() - t_start) if age is not None else None
+    parts = ([f"python and imports {before:.1f} s"] if before is not None else []) + \
+        [f"{name} {seconds:.1f} s" for name, seconds in startup.items()]
+    if first:
+        started, asked, answered, phases = min(first, key=lambda f: f[2])
+        work = sum(phases.values()) - phases.get("start", 0.0)      # grading that submission itself
+        waited = max(0.0, answered - asked - sum(phases.values()))
+        parts += [f"judge start {waited:.1f} s (after {asked - started:.1f} s alongside the above)",
+                  f"warm sandbox {phases.get('start', 0.0):.1f} s"]
+        overhead = answered - t_start - work + (before or 0.0)
+        return f"start-up: {', '.join(parts)}; per-batch cost {overhead:.1f} s before the first verdict"
+    return f"start-up: {', '.join(parts)}; nothing needed a judge"
+
+
+SHARD_FILE = ".course-shard.json"      # in a shard's --out: which shard of how many it graded
+
+
+def shard_of(student: str, lesson: str, count: int) -> int:
+    """The shard, ``0 .. count - 1``, that grades ``student``'s ``lesson``: SHA-256 of the two names, so
+    every machine, Python version and run agrees (Python's own ``hash()`` is salted per process)."""
+    digest = hashlib.sha256(f"{student}\0{lesson}".encode("utf-8")).digest()
+    return int.from_bytes(digest[:8], "big") % count
+
+
+def _check_shard(index: int, count: int) -> tuple[int, int]:
+    if not (isinstance(index, int) and isinstance(count, int) and 0 <= index < count):
+        raise ValueError(f"a shard is I/N with 0 <= I < N (got {index}/{count})")
+    return index, count
+
+
+def parse_shard(text: str) -> tuple[int, int]:
+    """``"I/N"`` (0-based, as a Slurm array index or a Kubernetes completion index) -> ``(I, N)``."""
+    try:
+        index, count = (int(x) for x in str(text).split("/"))
+    except ValueError:
+        raise ValueError(f"--shard takes I/N, e.g. 0/4 (shards 0 to 3 of 4); got {text!r}") from None
+    return _check_shard(index, count)
+
+
+def _record_shard(out: Path, shard: tuple[int, int] | None) -> None:
+    path = out / SHARD_FILE
+    if shard is None:
+        path.unlink(missing_ok=True)
+    else:
+        _atomic_write(path, json.dumps({"shard": shard[0], "of": shard[1]}) + "\n")
+
+
+class MergeError(Exception):
+    """Shards that cannot be merged as they are (overlapping, incomplete, or graded on other lesson versions)."""
+
+
+def merge(inputs: list[Path], out: Path, *, db_url: str | None = None, progress=print) -> list[SubmissionResult]:
+    """Merge the results of ``course grade --shard`` runs into ``out``: the only writer of its
+    ``grades.csv``, ``results.json``, ``feedback/``, ``autograded/``, ``submitted/`` and gradebook.
+
+    Refuses (:class:`MergeError`) shards that overlap (a submission graded in two), that were graded
+    with different shard counts or against other versions of a lesson than each other or this
+    checkout, and an incomplete set. Idempotent: merging again writes the same files, and only
+    submissions whose result changed since the last merge into the same gradebook are written to it.
+    ``db_url`` puts the gradebook in that database (nbgrader's ``CourseDirectory.db_url``, e.g.
+    ``postgresql://user@host/db``) instead of ``out/gradebook.db``.
+    """
+    import filecmp
+
+    out = Path(out).resolve()
+    inputs = [Path(p).resolve() for p in inputs]
+    if not inputs:
+        raise MergeError("nothing to merge: name the --out folders of the shards")
+    if len(set(inputs)) != len(inputs):
+        raise MergeError("a shard folder is named twice")
+    if out in inputs:
+        raise MergeError(f"--out {out} is one of the shards: merge into a folder of its own")
+    shards, found = {}, {}
+    for folder in inputs:
+        try:
+            rows = json.loads((folder / "results.json").read_text(encoding="utf-8"))
+        except OSError:
+            raise MergeError(f"{folder} has no results.json: has that shard run (course grade ... --out {folder})?") from None
+        except ValueError as exc:
+            raise MergeError(f"{folder}/results.json is not readable JSON ({exc})") from None
+        try:
+            spec = json.loads((folder / SHARD_FILE).read_text(encoding="utf-8"))
+            shards[folder] = (int(spec["shard"]), int(spec["of"]))
+        except OSError:
+            shards[folder] = None
+        for row in rows:
+            res = SubmissionResult(**{**row, "cells": [CellResult(**c) for c in row.get("cells", [])]})
+            key = (res.student, res.lesson)
+            if key in found:
+                raise MergeError(f"{res.student}/{res.lesson} is in two shards, {found[key][0]} and {folder}: "
+                                 "each submission must be graded by exactly one shard")
+            sh = shards[folder]
+            if sh is not None and shard_of(res.student, res.lesson, sh[1]) != sh[0]:
+                raise MergeError(f"{folder} holds {res.student}/{res.lesson}, which belongs to shard "
+                                 f"{shard_of(res.student, res.lesson, sh[1])}/{sh[1]}, not {sh[0]}/{sh[1]}: "
+                                 "was that folder graded without --shard, or with another one?")
+            found[key] = (folder, res)
+    counts = {sh[1] for sh in shards.values() if sh}
+    if len(counts) > 1:
+        raise MergeError("the shards were cut in different numbers: " +
+                         ", ".join(f"{f} is {sh[0]}/{sh[1]}" for f, sh in shards.items() if sh))
+    if counts:
+        (count,) = counts
+        seen = {}
+        for folder, sh in shards.items():
+            if sh and sh[0] in seen:
+                raise MergeError(f"{seen[sh[0]]} and {folder} are both shard {sh[0]}/{count}")
+            if sh:
+                seen[sh[0]] = folder
+        missing = sorted(set(range(count)) - set(seen))
+        if missing:
+            raise MergeError(f"shard(s) {', '.join(f'{i}/{count}' for i in missing)} missing: merge every shard "
+                             "of the batch (their grades.csv would be incomplete otherwise)")
+
+    known = {l.id: l for l in all_lessons()}
+    used = sorted({lesson for _, lesson in found if lesson in known})
+    current = {lesson: _sha256(known[lesson].solution) for lesson in used}   # what a workspace's source/ holds
+    for (student, lesson), (folder, res) in sorted(found.items()):
+        version = res.sha256.partition(":")[2]
+        if version and lesson in current and version != current[lesson]:
+            others = sorted({str(f) for f, r in found.values() if r.lesson == lesson
+                             and r.sha256.partition(":")[2] == current[lesson]})
+            raise MergeError(f"{folder} graded {lesson} against another version of the lesson than "
+                             + (f"{', '.join(others)} and " if others else "") + "this checkout's solutions/ "
+                             f"(e.g. {student}/{lesson}): grade that shard again with this version")
+    ws = Workspace(out, db_url=db_url).prepare(used)
+    for lesson in used:
+        ws.generate_cached(lesson)
+
+    record = out / ".course-merged.json"
+    previous = {}
+    try:
+        if json.loads(record.read_text(encoding="utf-8")).get("db_url") == ws.db_url:
+            previous = {(r["student"], r["lesson"]): r for r in json.loads((out / "results.json").read_text(encoding="utf-8"))}
+    except (OSError, ValueError, KeyError, TypeError):
+        previous = {}
+    merged, written = [], 0
+    for (student, lesson), (folder, res) in sorted(found.items()):
+        for kind, name in (("feedback", f"{lesson}.html"), ("autograded", f"{lesson}.ipynb"),
+                           ("submitted", f"{lesson}.ipynb")):
+            src, dst = folder / kind / student / lesson / name, out / kind / student / lesson / name
+            if src.is_file() and not (dst.is_file() and filecmp.cmp(src, dst, shallow=False)):
+                dst.parent.mkdir(parents=True, exist_ok=True)
+                tmp = dst.with_name(f".{name}.merge")
+                shutil.copyfile(src, tmp)
+                os.replace(tmp, dst)
+            if kind == "feedback":
+                res.feedback = str(dst) if src.is_file() else ""
+        if lesson in current and previous.get((student, lesson)) != asdict(res):
+            _record_gradebook(ws, res)
+            written += 1
+        merged.append(res)
+    _write_results(out, merged)
+    _atomic_write(record, json.dumps({"db_url": ws.db_url, "shards": [str(f) for f in inputs]}, indent=1) + "\n")
+    if progress:
+        where = str(ws.db_path) if ws.db_url == f"sqlite:///{ws.db_path}" else _without_password(ws.db_url)
+        progress(f"course grade merge: {len(merged)} submissions from {len(inputs)} folder(s) into {out}; "
+                 f"gradebook {where}: {written} written, {len(merged) - written} unchanged")
+    return merged
+
+
+def _without_password(url: str) -> str:
+    try:
+        from sqlalchemy.engine import make_url
+
+        return make_url(url).render_as_string(hide_password=True)
+    except Exception:  # noqa: BLE001 - only for a message
+        return url.split("@")[-1]
 
 
 def summary_table(results: list[SubmissionResult], width: int = 110) -> str:
