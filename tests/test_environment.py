@@ -21,7 +21,9 @@ def _name(req: str) -> str:
 
 def test_environment_yml_matches_pyproject():
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    wanted = {CONDA_NAMES.get(_name(r), _name(r)): r for r in project["dependencies"] + project["optional-dependencies"]["test"]}
+    extras = project["optional-dependencies"]
+    test = [e for r in extras["test"] for e in (extras[r.split("[")[1].rstrip("]")] if _name(r) == "course" else [r])]
+    wanted = {CONDA_NAMES.get(_name(r), _name(r)): r for r in project["dependencies"] + test}
     text = (ROOT / "environment.yml").read_text()
     assert "conda-forge" in text and "\n  - pytorch\n" not in text.split("channels:")[1].split("dependencies:")[0]
     listed = {}
@@ -31,7 +33,7 @@ def test_environment_yml_matches_pyproject():
             listed[m.group(1).lower()] = m.group(1) + m.group(2).strip()
     assert set(listed) == set(wanted), f"only in pyproject: {set(wanted) - set(listed)}; only in environment.yml: {set(listed) - set(wanted)}"
     for name, req in wanted.items():
-        spec = req[len(_name(req)):].split(";")[0].strip()   # a platform marker stays in pyproject
+        spec = re.sub(r"^\[[^\]]*\]", "", req[len(_name(req)):].split(";")[0].strip())   # pip extras: conda has none   # a platform marker stays in pyproject
         assert listed[name].endswith(spec), f"{name}: pyproject says {req!r}, environment.yml says {listed[name]!r}"
     assert "- -e ." in text
 
