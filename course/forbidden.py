@@ -110,9 +110,26 @@ def _qualname(func) -> str:
     return f"{getattr(func, '__module__', None) or 'torch'}.{qual}"
 
 
+def _tasks_created() -> int | None:
+    """The last PID (of a process or a thread) created in this PID namespace, when that namespace is the
+    grader's sandbox (its PID 1 is the sandbox's zygote); None elsewhere (the learner's own kernel, or a
+    grader run without a sandbox), where other processes of the machine move it too."""
+    try:
+        with open("/proc/1/cmdline", "rb") as f:
+            if b"--zygote=" not in f.read():
+                return None
+        with open("/proc/sys/kernel/ns_last_pid") as f:
+            return int(f.read())
+    except (OSError, ValueError):
+        return None
+
+
 class Guard:
     """A context that fails every call of the forbidden ``names`` (and their kernels), and any tensor
-    above ``limit`` elements. ``violations`` lists what happened, as sentences for the learner."""
+    above ``limit`` elements. ``violations`` lists what happened, as sentences for the learner.
+
+    PyTorch's modes watch only the thread that entered them, so under grading the guard also fails a
+    call that started a thread or a process (a new PID in the sandbox's namespace) while it was on."""
 
     def __init__(self, names, why: str, limit: int | None = None):
         self.names = frozenset(str(n) for n in names)
@@ -121,6 +138,7 @@ class Guard:
         self.limit = None if limit is None else int(limit)
         self.violations: list[str] = []
         self._modes = (_Functions(self), _Kernels(self))
+        self._tasks = None
 
     def refuse(self, what: str):
         msg = f"your code called {what}: this exercise asks you to {self.why}."
@@ -128,12 +146,17 @@ class Guard:
         raise AssertionError(msg)
 
     def __enter__(self):
+        self._tasks = _tasks_created()
         for mode in self._modes:
             mode.__enter__()
         return self
 
     def __exit__(self, *exc):
         functions, kernels = self._modes
+        if self._tasks is not None and _tasks_created() != self._tasks:
+            self.violations.append("your code started a thread or a process while the check of forbidden calls was "
+                                   "on: the check watches the thread that calls your function, so the exercise's "
+                                   f"functions must do their work in that thread. This exercise asks you to {self.why}.")
         stack = _get_current_dispatch_mode_stack()
         if not stack or stack[-1] is not kernels:
             self.violations.append("the check of forbidden calls was switched off or covered while your code ran "
@@ -162,7 +185,9 @@ _TAMPER_ATTRS = {"_C", "ops", "_pop_mode", "_push_mode", "_disable_current_modes
                  "_targets", "FORBIDDEN_HOOK", "FORBIDDEN_TAMPERING", "Guard", "forbidden", "Worker",
                  "_disabled_torch_function_impl", "_set_torch_function_mode"}
 _TAMPER_MODULES = ("torch._C", "torch.ops", "torch.utils._python_dispatch", "torch.overrides", "course.tools",
-                   "course.forbidden", "importlib", "ctypes")
+                   "course.forbidden", "importlib", "ctypes",
+                   # work in another thread or process, where the checks' modes do not look
+                   "threading", "_thread", "concurrent", "multiprocessing", "torch.multiprocessing")
 _TORCHISH = {"torch", "F", "nn", "functional", "Tensor", "special", "linalg"}
 _DYNAMIC = {"eval", "exec", "compile", "__import__"}
 
@@ -257,6 +282,10 @@ def aliases(nb, names, source_nb=None) -> list[str]:
             if isinstance(node, ast.Attribute) and node.attr in names and id(node) not in called:
                 found.append(f"cell {i} line {node.lineno}: takes {ast.unparse(node)} as a value (an alias of a "
                              "forbidden function)")
+            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "getattr" and \
+                    len(node.args) >= 2 and isinstance(node.args[1], ast.Constant) and node.args[1].value in names:
+                found.append(f"cell {i} line {node.lineno}: takes {ast.unparse(node)} (a forbidden function by "
+                             "its name)")
         for node in ast.walk(tree):
             if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "torch" and \
                     any(a.name in names for a in node.names):

@@ -6,9 +6,9 @@ One `course grade` call grades, beside honest submissions and a wrong control pe
   checkout), notebooks that are symbolic links to the solution or to another student's notebook, a
   lesson folder that is a link, a hard link and a named pipe;
 * lesson 00: ``torch.softmax`` reached through an alias taken outside the function, through
-  ``torch.ops.aten._softmax``, and after switching the runtime check off;
-* lesson 12: an alias of ``F.scaled_dot_product_attention``, naive attention on tensors unwrapped with
-  ``as_subclass``, and naive attention after stripping the size guard;
+  ``torch.ops.aten._softmax``, after switching the runtime check off, and in another thread;
+* lesson 12: an alias of ``F.scaled_dot_product_attention`` (also run in another thread), naive attention
+  on tensors unwrapped with ``as_subclass``, and naive attention after stripping the size guard;
 * honest alternatives (einsum, loops, logsumexp, query blocks) that must keep full marks.
 
 Proven: no attack scores more than its lesson's wrong control, each is reported (``suspicious`` or
@@ -92,6 +92,25 @@ _fb.Guard.__exit__ = lambda self, *a: False
 def softmax(x, dim=-1):
     return getattr(torch, "soft" + "max")(x, dim)
 ''',
+    # PyTorch's modes watch one thread: work done in another one is caught at run time (a new task in the
+    # sandbox while the check is on); the static reading also flags `threading`
+    "thread": '''
+import threading
+_f = getattr(torch, "softmax")
+def softmax(x, dim=-1):
+    box = []
+    t = threading.Thread(target=lambda: box.append(_f(x, dim)))
+    t.start()
+    t.join()
+    return box[0]
+''',
+    # ... through a module the static reading does not flag: only the run-time check sees it
+    "asyncio-thread": '''
+import asyncio
+_f = torch.__dict__["soft" + "max"]
+def softmax(x, dim=-1):
+    return asyncio.run(asyncio.to_thread(_f, x, dim))
+''',
 }
 
 WRONG_12 = None        # filled from the planted bank: the online softmax that forgets to rescale its sum
@@ -110,6 +129,13 @@ def chunked_attention(q, k, v, chunk_size, causal=False):
     if causal:
         scores = scores.masked_fill(torch.ones(scores.shape[-2:], dtype=torch.bool).triu(1), float("-inf"))
     return torch.softmax(scores, dim=-1) @ v
+''',
+    "thread": '''
+import concurrent.futures
+_sdpa = getattr(F, "scaled_dot_product_attention")
+def chunked_attention(q, k, v, chunk_size, causal=False):
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        return pool.submit(_sdpa, q, k, v, is_causal=causal).result()
 ''',
     "strip-guard": '''
 checks_12.Watched.__torch_function__ = classmethod(lambda cls, func, types, args=(), kwargs=None: func(*args, **(kwargs or {})))
@@ -352,7 +378,7 @@ def test_static_reading_flags_reaching_around_the_checks():
     for name, code in ATTACKS_00.items():
         nb = build_submission(L00, {"softmax": code})
         found = forbidden.tampering(nb, source) + forbidden.aliases(nb, forbidden.lesson_names(source), source)
-        assert found, name
+        assert bool(found) == (name != "asyncio-thread"), name      # that one only the run-time check sees
     for name in HONEST_00:
         nb = build_submission(L00, load_planted(everything=True)[L00][name]["replace"])
         assert not forbidden.tampering(nb, source) and not forbidden.aliases(nb, {"softmax", "log_softmax"}, source), name

@@ -690,6 +690,11 @@ def suspicious(nb) -> list[str]:
 
 # -- grading one submission -------------------------------------------------------------------------
 
+# What course.forbidden.Guard and Worker.unforbid say when a learner's code went around the check (as opposed
+# to calling a forbidden function): such a notebook is `suspicious` too.
+_EVASIONS = ("started a thread or a process", "switched off or covered", "was removed while", "your code replaced")
+
+
 class _ForbidHook:
     def __init__(self, session_ref):
         self.session_ref = session_ref
@@ -708,6 +713,9 @@ class _ForbidHook:
                 error = exc
             called = s.request("unforbid") if s.proc is not None and s.proc.poll() is None else []
             if isinstance(called, list) and called:
+                evasions = [str(c)[:300] for c in called if any(m in str(c) for m in _EVASIONS)]
+                if evasions and len(s.lies) < 5:        # reaching around the check, not a plain forbidden call
+                    s.lies.append(f"went around the check of forbidden calls: {evasions[0]}")
                 raise AssertionError(str(called[0])[:2000])
             if error is not None:
                 raise error
