@@ -149,6 +149,16 @@ def format_table(results: list[LessonResult], *, markdown: bool = False) -> str:
     return "\n".join(lines)
 
 
+
+def _environment(t0: float) -> dict:
+    """What a report says of when and where it ran (the same for one seed and several)."""
+    import torch
+
+    return {"created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "total_seconds": round(time.perf_counter() - t0, 1),
+            "python": platform.python_version(), "torch": torch.__version__,
+            "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+            "machine": f"{platform.machine()}, {os.cpu_count()} cores"}
+
 def run_lessons(lessons: list[Lesson], out: Path, *, profile: str = "auto", device: str = "auto", seed: int = 0,
                 timeout: int | None = None) -> list[LessonResult]:
     """Run each lesson, write the report into ``out``, print the table; returns the results."""
@@ -166,16 +176,8 @@ def run_lessons(lessons: list[Lesson], out: Path, *, profile: str = "auto", devi
         print(f"[{i}/{len(lessons)}] {lesson.id}: {res.status} in {res.seconds:.1f} s"
               + (f" -- {res.error.splitlines()[0]}" if res.error else ""), flush=True)
         results.append(res)
-    report = {
-        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "total_seconds": round(time.perf_counter() - t0, 1),
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
-        "machine": f"{platform.machine()}, {os.cpu_count()} cores",
-        "all_passed": all(r.status == "passed" for r in results),
-        "lessons": [asdict(r) for r in results],
-    }
+    report = {**_environment(t0), "all_passed": all(r.status == "passed" for r in results),
+              "lessons": [asdict(r) for r in results]}
     (out / "report.json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
     md = [f"# Course run report", "", f"{report['created']} · torch {report['torch']} · "
           f"{report['cuda'] or 'CPU'} · {report['machine']} · total {report['total_seconds']} s", "",
@@ -327,17 +329,8 @@ def run_lessons_seeds(lessons: list[Lesson], out: Path, *, seeds: list[int], pro
                   + (f" -- {res.error.splitlines()[0]}" if res.error else ""), flush=True)
             runs.append((seed, res))
         summaries.append(summarize_seeds(lesson, runs))
-    report = {
-        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "seeds": list(seeds),
-        "total_seconds": round(time.perf_counter() - t0, 1),
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
-        "machine": f"{platform.machine()}, {os.cpu_count()} cores",
-        "all_passed": all(s.status == "passed" for s in summaries),
-        "lessons": [asdict(s) for s in summaries],
-    }
+    report = {**_environment(t0), "seeds": list(seeds), "all_passed": all(s.status == "passed" for s in summaries),
+              "lessons": [asdict(s) for s in summaries]}
     (out / "report.json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
     md = ["# Course run report, several seeds", "",
           f"{report['created']} · seeds {' '.join(map(str, seeds))} · torch {report['torch']} · {report['cuda'] or 'CPU'} · "
