@@ -11,7 +11,7 @@ import math
 
 import torch
 
-__all__ = ["scale_hint"]
+__all__ = ["scale_hint", "own_projections"]
 
 
 def scale_hint(weights, q, k, v) -> str:
@@ -24,3 +24,16 @@ def scale_hint(weights, q, k, v) -> str:
         if tuple(weights.shape) == tuple(raw.shape) and torch.allclose(weights, torch.softmax(raw / s, -1), atol=1e-5):
             return f"Your scores look {name}."
     return "Divide q @ k^T by sqrt(d_k) = sqrt(q.size(-1))."
+
+
+def own_projections(attn, x, generator: torch.Generator, what: str = "your SelfAttention"):
+    """Give the learner's ``w_q``, ``w_k``, ``w_v`` weights (and biases, where they have them) values chosen
+    here, and return ``q, k, v`` computed from those values: an oracle built on them never depends on what
+    the learner's layers report or compute."""
+    from course import checks
+
+    state = checks.call(attn.state_dict, what=f"{what}.state_dict")
+    values = {k: torch.randn(v.shape, generator=generator) / 4 for k, v in state.items()
+              if k.split(".")[0] in ("w_q", "w_k", "w_v") and k.split(".")[-1] in ("weight", "bias")}
+    checks.set_params(attn, values, what)
+    return tuple(x @ values[f"{n}.weight"].T + values.get(f"{n}.bias", 0.0) for n in ("w_q", "w_k", "w_v"))

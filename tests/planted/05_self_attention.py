@@ -317,6 +317,34 @@ class SelfAttention(nn.Module):
         return torch.stack(outs), torch.stack(ws)
 '''
 
+# A module that answers the test differently from how it computes (the red team's "lying projections"): its
+# forward attends without the 1/sqrt(d_k) scale, and w_q, called from outside forward, hands out queries
+# scaled by sqrt(d_k), so an oracle built on w_q(x) agrees. The test builds its oracle on its own weights.
+SA_LYING_PROJECTIONS = '''
+class _Proj(nn.Linear):
+    inside = False
+
+    def forward(self, x):
+        y = super().forward(x)
+        return y if _Proj.inside or self.role != "q" else y * math.sqrt(self.out_features)
+
+
+class SelfAttention(nn.Module):
+    def __init__(self, d_model, d_k, d_v=None):
+        super().__init__()
+        d_v = d_k if d_v is None else d_v
+        self.w_q, self.w_k, self.w_v = _Proj(d_model, d_k), _Proj(d_model, d_k), _Proj(d_model, d_v)
+        self.w_q.role, self.w_k.role, self.w_v.role = "q", "k", "v"
+
+    def forward(self, x, mask=None):
+        _Proj.inside = True
+        try:
+            q, k, v = self.w_q(x), self.w_k(x), self.w_v(x)
+        finally:
+            _Proj.inside = False
+        return scaled_dot_product_attention(q * math.sqrt(q.size(-1)), k, v, mask)   # unscaled scores
+'''
+
 VARIANTS = {
     # ---- bugs in scaled_dot_product_attention
     "sdpa_no_scaling": {
@@ -398,6 +426,8 @@ VARIANTS = {
     "self_attention_inline_einsum_no_bias": {"replace": {"SelfAttention": SA_INLINE_EINSUM_NO_BIAS}, "must_fail": []},
     "sdpa_logsumexp": {"replace": {"scaled_dot_product_attention": SDPA_LOGSUMEXP}, "must_fail": []},
     "self_attention_loop_over_batch": {"replace": {"SelfAttention": SA_FUSED_QKV_LOOP}, "must_fail": []},
+    "self_attention_lying_projections": {"replace": {"SelfAttention": SA_LYING_PROJECTIONS},
+                                         "must_fail": ["test_self_attention_matches_pytorch"]},
 }
 
 # Graded only with COURSE_PLANTED=all (tests/planting.py): further variants of bugs the core bank already
