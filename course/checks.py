@@ -27,6 +27,7 @@ __all__ = [
     "call",
     "forbid",
     "set_params",
+    "set_random_params",
     "check_parameters_used",
     "FORBIDDEN_HOOK",
 ]
@@ -269,6 +270,22 @@ def set_params(module, values: dict, what: str = "your module") -> None:
         check(tuple(state[k].shape) == tuple(torch.as_tensor(v).shape),
               f"{what}.{k} has shape {tuple(state[k].shape)}; it should have shape {tuple(torch.as_tensor(v).shape)}.")
     module.load_state_dict({k: torch.as_tensor(v, dtype=state[k].dtype) for k, v in values.items()}, strict=False)
+
+
+def set_random_params(module, generator: torch.Generator, what: str = "your module", *,
+                      endswith: Iterable[str] = ("bias",), scale: float = 0.5) -> None:
+    """Give every floating-point entry of ``module.state_dict()`` whose name ends with one of ``endswith``
+    random values (``scale * N(0, 1)``, drawn from ``generator``), through :func:`set_params`.
+
+    Fresh biases are often zero (``nn.MultiheadAttention``, ``nn.LayerNorm``): a probe run on them cannot
+    tell ``f(0)`` from ``0``, so dropout in the wrong place, or a missing bias, goes unseen.
+    """
+    state = call(module.state_dict, what=f"{what}.state_dict")
+    ends = tuple(endswith)
+    values = {k: scale * torch.randn(v.shape, generator=generator) for k, v in state.items()
+              if v.is_floating_point() and k.endswith(ends)}
+    check(values, f"{what} has no parameter whose name ends with {' or '.join(ends)}.")
+    set_params(module, values, what)
 
 
 def check_parameters_used(module, run: Callable, what: str, *, names: Iterable[str] | None = None,
