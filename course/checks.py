@@ -212,24 +212,38 @@ def _targets(names: tuple[str, ...]):
     return out
 
 
+FORBIDDEN_TAMPERING: list[str] = []   # set by the grading judge: what in the notebook reaches around these checks
+
+
 @contextlib.contextmanager
-def forbid(fn, *names: str, why: str):
+def forbid(fn, *names: str, why: str, limit: int | None = None):
     """Fail if the learner's ``fn`` uses a library shortcut the exercise forbids.
 
-    Two checks: the source of ``fn`` may not mention ``.name`` for any forbidden name (read with
-    ``ast``, so comments do not count), and while the block runs every ``torch`` function, tensor
-    method or ``torch.nn.functional`` function of that name raises. Use it around the calls::
+    Three checks: the source of ``fn`` may not mention ``.name`` for any forbidden name (read with
+    ``ast``, so comments do not count); while the block runs, every ``torch`` function, tensor method
+    or ``torch.nn.functional`` function of that name raises; and below the names, every call of those
+    functions and of the PyTorch kernels behind them (``aten::_softmax``, the fused attention kernels)
+    fails, whatever name reached them (an alias, ``torch.ops.aten``, ``getattr``; see
+    :mod:`course.forbidden`). With ``limit``, any tensor with more than ``limit`` elements produced while
+    the block runs fails too (measured at the dispatcher: no tensor subclass hides it). Under grading, a
+    notebook that reaches around these checks (``torch._C``, ``torch.ops``, PyTorch's mode stack, the
+    grader's modules, ``exec``) fails every test that uses them. Use it around the calls::
 
         with checks.forbid(softmax, "softmax", "log_softmax", why="write the softmax yourself"):
             out = checks.call(softmax, x)
     """
+    from course import forbidden
+
     label = getattr(fn, "__name__", "your code")
+    if FORBIDDEN_TAMPERING:
+        raise AssertionError(f"your notebook reaches around the check of forbidden calls ({'; '.join(FORBIDDEN_TAMPERING[:3])}): "
+                             f"this exercise asks you to {why}, and tests that check it fail for a notebook that does this.")
     found = _forbidden_in_source(_source(fn), names)
     if found:
         raise AssertionError(f"{label} uses {', '.join(found[:3])}: this exercise asks you to {why}, "
                              f"without calling {' or '.join(names)}.")
     if FORBIDDEN_HOOK is not None:                   # under grading: block them inside the sandbox
-        with FORBIDDEN_HOOK(names, why):
+        with FORBIDDEN_HOOK(names, why, limit):
             yield
         return
     called: list[str] = []
@@ -237,7 +251,7 @@ def forbid(fn, *names: str, why: str):
 
     def blocker(qual):
         def blocked(*args, **kwargs):
-            called.append(qual)
+            called.append(f"{label} called {qual}: this exercise asks you to {why}.")
             raise AssertionError(f"{qual} was called: this exercise asks you to {why}.")
         return blocked
 
@@ -247,13 +261,21 @@ def forbid(fn, *names: str, why: str):
             setattr(owner, attr, blocker(f"{getattr(owner, '__name__', 'torch')}.{attr}"))
         except (AttributeError, TypeError):
             continue
+    guard = forbidden.Guard(names, why, limit)
+    error = None
     try:
-        yield
+        with guard:
+            yield
+    except Exception as exc:  # noqa: BLE001 - a recorded violation is the verdict, whatever the code did next
+        error = exc
     finally:
         for owner, attr, original in reversed(saved):
             setattr(owner, attr, original)
-    if called:
-        raise AssertionError(f"{label} called {called[0]}: this exercise asks you to {why}.")
+    problems = called + guard.violations
+    if problems:
+        raise AssertionError(problems[0])
+    if error is not None:
+        raise error
 
 
 def set_params(module, values: dict, what: str = "your module") -> None:

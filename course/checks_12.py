@@ -4,14 +4,14 @@ Nothing here computes a graded answer. Tests compare the learner's ``chunked_att
 ``F.scaled_dot_product_attention`` (an independent PyTorch oracle) or with the explicit float64
 reference kept on the instructor's side (``course/tools/references/refs_12.py``).
 
-Two helpers enforce what the exercise forbids:
-
-* :func:`run_chunked` calls the learner's function with PyTorch's fused attention blocked
-  (``checks.forbid``): the point is to write the online softmax, not to call the kernel;
-* :func:`watched` wraps the inputs in :class:`Watched`, a tensor that checks the size of every
-  tensor computed from it. An intermediate as large as (half) the whole ``T_q x T_k`` score matrix
-  raises at once, with a message that names the operation and the shape. The wrapped tensors
-  travel into the grading sandbox like any tensor, so the check holds there too.
+:func:`run_chunked` enforces what the exercise forbids, with ``checks.forbid``: PyTorch's fused
+attention is blocked (the point is to write the online softmax, not to call the kernel), and with
+``limit`` no tensor as large as (half) the whole ``T_q x T_k`` score matrix may be produced. Both are
+watched at PyTorch's dispatcher (:mod:`course.forbidden`), in the learner's kernel and inside the
+grading sandbox alike: an alias of the fused function, a call through ``torch.ops``, or a tensor
+subclass unwrapped with ``as_subclass`` are all seen. :class:`Watched` (a tensor that checks the size
+of every tensor computed from it, by ``__torch_function__``) is the older, name-level form of the size
+check, kept for experiments; the tests no longer rely on it.
 """
 
 from __future__ import annotations
@@ -75,12 +75,12 @@ def watched(x: torch.Tensor, limit: int) -> Watched:
 def run_chunked(fn, q, k, v, chunk_size, causal=False, *, limit=None):
     """The learner's ``fn(q, k, v, chunk_size, causal=causal)`` with PyTorch's fused attention forbidden.
 
-    With ``limit``, the inputs are :class:`Watched` (no intermediate above ``limit`` elements).
-    Returns the output as a plain tensor.
+    With ``limit``, no tensor with more than ``limit`` elements may be produced while ``fn`` runs. Both
+    rules are enforced at PyTorch's dispatcher (:func:`course.checks.forbid`, :mod:`course.forbidden`):
+    every kernel that runs is seen, whatever name called it and whatever tensor subclass (or plain
+    tensor) the code works on. Returns the output as a plain tensor.
     """
-    if limit is not None:
-        q, k, v = (watched(t, limit) for t in (q, k, v))
-    with checks.forbid(fn, *FUSED, why=WHY):
+    with checks.forbid(fn, *FUSED, why=WHY, limit=limit):
         out = checks.call(fn, q, k, v, chunk_size, causal=causal, what="chunked_attention")
     checks.check_type(out, torch.Tensor, f"chunked_attention(q, k, v, {chunk_size}, causal={causal})")
     return out.as_subclass(torch.Tensor) if isinstance(out, Watched) else out

@@ -2,7 +2,7 @@
 
 ``record("val_acc_attention", 0.94)`` prints a readable line in the notebook and, when the
 ``COURSE_METRICS`` environment variable names a file (``course run`` sets it), appends one JSON
-line to that file. The targets each metric is compared with live in :mod:`course.tools.lessons`.
+line to that file (only rank 0 of a ``torchrun`` job writes: ``RANK`` unset or 0). The targets each metric is compared with live in :mod:`course.tools.lessons`.
 """
 
 from __future__ import annotations
@@ -27,6 +27,8 @@ def record(name: str, value, *, unit: str = "", note: str = "") -> float:
     if hasattr(value, "item"):
         value = value.item()
     value = float(value)
+    if os.environ.get("RANK", "0") != "0":       # another rank of a torchrun job: rank 0 reports
+        return Recorded(value)
     shown = f"{value:.4g}{(' ' + unit) if unit else ''}"
     print(f"[metric] {name} = {shown}{('  (' + note + ')') if note else ''}")
     path = os.environ.get("COURSE_METRICS")

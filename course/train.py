@@ -9,12 +9,23 @@ in tensors on the device and read back once every ``log_every`` steps (a ``loss.
 would stall the GPU on every step). ``amp=True`` runs the forward pass and the loss in bf16
 autocast where the GPU supports it, and batches made on the CPU reach the GPU through pinned
 memory without blocking (:func:`to_device`). On the CPU none of this changes a number.
+
+Several GPUs (or several CPU processes): started under ``torchrun --nproc-per-node=N``, a script
+calls :func:`init_distributed` once (NCCL on CUDA with ``cuda:LOCAL_RANK``, gloo on the CPU), and
+:func:`fit` then wraps the model in ``DistributedDataParallel``. Every rank builds the same global
+batch with ``make_batch(step)`` and keeps its own rows of it (:func:`shard`), split again into
+``accumulate`` micro-batches; gradients are averaged across ranks only on the last micro-step
+(``no_sync()`` on the others), so a step sees exactly the gradient of the whole global batch, as
+one process would. Only rank 0 shows progress, writes metrics (:mod:`course.metrics`) and
+checkpoints (:func:`save_checkpoint`). Without :func:`init_distributed` nothing changes: one
+process is the default everywhere, notebooks and grading included.
 """
 
 from __future__ import annotations
 
 import contextlib
 import math
+import os
 import time
 from dataclasses import dataclass, field
 from typing import Callable
@@ -23,7 +34,8 @@ import torch
 
 from course.config import grading
 
-__all__ = ["History", "fit", "progress", "to_device", "autocast"]
+__all__ = ["History", "fit", "progress", "to_device", "autocast", "Distributed", "init_distributed",
+           "distributed", "is_main", "shard", "save_checkpoint", "unwrap"]
 
 
 def progress(iterable=None, *, total=None, desc: str = "", disable: bool | None = None):
@@ -72,6 +84,90 @@ def autocast(device, enabled: bool = True):
     return contextlib.nullcontext()
 
 
+@dataclass(frozen=True)
+class Distributed:
+    """Where this process sits in a ``torchrun`` job: its rank, the world size and its device."""
+
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+    device: str = "cpu"
+    backend: str | None = None
+
+
+def distributed() -> Distributed:
+    """This process's place: a one-process world unless :func:`init_distributed` joined a group."""
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()):
+        return Distributed()
+    local = int(os.environ.get("LOCAL_RANK", "0"))
+    backend = dist.get_backend()
+    device = f"cuda:{local}" if backend == "nccl" else "cpu"
+    return Distributed(dist.get_rank(), dist.get_world_size(), local, device, backend)
+
+
+def init_distributed(backend: str | None = None) -> Distributed:
+    """Join the process group ``torchrun`` describes (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``,
+    ``MASTER_ADDR``/``MASTER_PORT`` in the environment); a no-op returning a one-process world when
+    ``WORLD_SIZE`` is unset (a plain ``python`` run).
+
+    The backend is NCCL when CUDA is available (each rank then uses ``cuda:LOCAL_RANK``), gloo
+    otherwise. Call :func:`torch.distributed.destroy_process_group` at the end of the script.
+    """
+    import torch.distributed as dist
+
+    if "WORLD_SIZE" not in os.environ:
+        return Distributed(device="cuda:0" if torch.cuda.is_available() else "cpu")
+    if not dist.is_initialized():
+        backend = backend or ("nccl" if torch.cuda.is_available() else "gloo")
+        if backend == "nccl":
+            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+        dist.init_process_group(backend=backend)
+    return distributed()
+
+
+def is_main() -> bool:
+    """True on rank 0, and in a plain one-process run: the process that writes files and logs."""
+    return distributed().rank == 0
+
+
+def unwrap(model: torch.nn.Module) -> torch.nn.Module:
+    """The model inside a ``DistributedDataParallel`` wrapper (the model itself otherwise)."""
+    return getattr(model, "module", model)
+
+
+def save_checkpoint(model: torch.nn.Module, path, **extra) -> bool:
+    """``torch.save`` the (unwrapped) model's ``state_dict`` and ``extra`` to ``path``, on rank 0
+    only; returns True where this process wrote it."""
+    if not is_main():
+        return False
+    torch.save({"model": unwrap(model).state_dict(), **extra}, path)
+    return True
+
+
+def shard(batch, index: int, count: int):
+    """Rows ``index * n / count .. (index + 1) * n / count`` of every tensor in ``batch`` (nested
+    tuples, lists and dicts as :func:`to_device`), cut along the first axis. The batch size must be
+    a multiple of ``count``: equal shards make the mean of the shards' mean losses the mean loss of
+    the whole batch, so the averaged gradient is the full batch's."""
+    if isinstance(batch, torch.Tensor):
+        n = batch.shape[0]
+        if n % count:
+            raise ValueError(f"a batch of {n} rows cannot be cut into {count} equal shards "
+                             "(ranks x accumulate must divide the batch size)")
+        size = n // count
+        return batch[index * size:(index + 1) * size]
+    if isinstance(batch, dict):
+        return {k: shard(v, index, count) for k, v in batch.items()}
+    if isinstance(batch, (list, tuple)):
+        cut = [shard(v, index, count) for v in batch]
+        if hasattr(batch, "_fields"):
+            return type(batch)(*cut)
+        return type(batch)(cut)
+    return batch
+
+
 @dataclass
 class History:
     """Losses (one per step) and wall time of a :func:`fit` call."""
@@ -118,6 +214,7 @@ def fit(
     amp: bool = False,
     device=None,
     log_every: int = 50,
+    accumulate: int = 1,
 ) -> History:
     """Train ``model`` for ``steps`` Adam(W) steps.
 
@@ -136,10 +233,27 @@ def fit(
         device: if given, each batch is moved there with :func:`to_device` (pinned, non-blocking);
             leave it None when ``make_batch`` already returns tensors on the model's device.
         log_every: steps between two read-backs of the loss for the progress bar.
+        accumulate: micro-batches per step (gradient accumulation): ``make_batch(step)`` returns
+            the step's whole batch, cut into ``accumulate`` equal pieces (times the number of
+            ranks under :func:`init_distributed`, each rank keeping its own), each piece's loss
+            scaled by ``1 / accumulate``. The batch size must be a multiple of ranks x accumulate.
+            Under DDP ``loss_fn`` receives the ``DistributedDataParallel`` wrapper (call it; reach
+            the model's attributes through :func:`unwrap`).
 
     Returns:
-        A :class:`History` of per-step losses, gradient norms and the wall time.
+        A :class:`History` of per-step losses (the mean over the whole global batch, on every
+        rank), gradient norms and the wall time.
     """
+    if accumulate < 1:
+        raise ValueError(f"accumulate must be at least 1, got {accumulate}")
+    world = distributed()
+    net = model
+    if world.world_size > 1:
+        from torch.nn.parallel import DistributedDataParallel
+
+        on_gpu = next(model.parameters()).device.type == "cuda"
+        net = DistributedDataParallel(model, device_ids=[world.local_rank] if on_gpu else None)
+    pieces = world.world_size * accumulate
     opt = optimizer or _adamw(model, lr, weight_decay)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / warmup) if warmup else 1.0)
     first = next(model.parameters(), None)
@@ -148,15 +262,24 @@ def fit(
     losses = norms = None            # filled on the loss's device: read back every log_every steps only
     model.train()
     start = time.perf_counter()
-    bar = progress(range(steps), desc=desc)
+    bar = progress(range(steps), desc=desc, disable=True if world.rank else None)
     for step in bar:
         batch = make_batch(step)
-        if device is not None:
-            batch = to_device(batch, device)
-        with autocast(model_device, enabled=amp):
-            loss = loss_fn(model, batch)
         opt.zero_grad(set_to_none=True)
-        loss.backward()
+        loss = None
+        for micro in range(accumulate):
+            piece = shard(batch, world.rank * accumulate + micro, pieces) if pieces > 1 else batch
+            if device is not None:
+                piece = to_device(piece, device)
+            last = micro == accumulate - 1
+            # Gradients are averaged across ranks once per step, on the last micro-batch only.
+            sync = contextlib.nullcontext() if last or net is model else net.no_sync()
+            with sync:
+                with autocast(model_device, enabled=amp):
+                    part = loss_fn(net, piece)
+                (part / accumulate).backward()
+            part = part.detach() / accumulate
+            loss = part if loss is None else loss + part
         params = [p for p in model.parameters() if p.grad is not None]
         norm = torch.nn.utils.clip_grad_norm_(params, clip if clip else float("inf")) if params else torch.tensor(0.0)
         opt.step()
@@ -171,6 +294,11 @@ def fit(
         if (step % log_every == 0 or step == steps - 1) and not getattr(bar, "disable", True):
             bar.set_postfix(loss=f"{losses[step].item():.3f}")
     if losses is not None:
+        if world.world_size > 1:                 # each rank saw its shard: the global batch's mean loss
+            import torch.distributed as dist
+
+            dist.all_reduce(losses)
+            losses /= world.world_size
         hist.losses = losses.tolist()        # the one synchronisation of the run
         hist.grad_norms = norms.tolist()
     hist.seconds = time.perf_counter() - start

@@ -177,7 +177,184 @@ for _fd in range(3, 12):
     except OSError:
         pass
 ''',
+    # -- issue 19, second round ---------------------------------------------------------------------
+    "impersonate-the-zygote": '''
+import gc, json, os, signal, struct
+from course.tools import wire as _w
+for _s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+    signal.signal(_s, signal.SIG_IGN)
+_msgs = [json.dumps({{"ev": "clean"}}).encode(), json.dumps({{"ev": "ready", "clean": True}}).encode()]
+for _v in ("zygote-ready", "ready"):
+    _m = _w.encode_data({{"ok": True, "value": _v}}, lambda o: (0, {{}}))
+    _msgs.append(struct.pack("<Q", len(_m)) + _m)
+for _fd in range(3, 64):                       # say "ready" and "clean" on every channel within reach
+    for _m in _msgs:
+        try:
+            os.write(_fd, _m)
+        except OSError:
+            pass
+for _o in gc.get_objects():                    # and never leave: answer the judge's goodbye ourselves
+    if type(_o).__name__ == "Worker":
+        _W = type(_o)
+        _orig = _W.handle
+        def _handle(self, req, _orig=_orig):
+            if req.get("op") in ("exit", "test-end"):
+                self.send({{"ok": True, "value": "zygote-ready"}})
+                return {{"ok": True, "value": "ready"}}
+            if req.get("op") == "cell":
+                open("/tmp/stolen.txt", "a").write(req["source"])
+            return _orig(self, req)
+        _W.handle = _handle
+        os._exit = lambda *a: None
+        break
+''',
+    "deep-folders": '''
+import os
+_here = os.getcwd()
+for _top in (_here, "/tmp", os.path.expanduser("~")):
+    os.chdir(_top)
+    for _ in range(3000):
+        os.mkdir("d")
+        os.chdir("d")
+    open("bottom.txt", "w").write("x")
+    os.chdir(_top)
+    os.chmod(os.path.join(_top, "d"), 0)
+os.chdir(_here)
+''',
+    "fake-tensor": '''
+class Tensor:                                   # a class that says it is torch.Tensor
+    shape = (1, 2, 2)
+    def __getattr__(self, name):
+        return 0
+Tensor.__module__ = "torch"
+class Parameter(Tensor):
+    pass
+Parameter.__module__ = "torch.nn.parameter"
+def scaled_dot_product_attention(q, k, v, mask=None):
+    return Tensor(), Parameter()
+''',
+    "record-calls": '''
+_calls = []
+_real = scaled_dot_product_attention
+def scaled_dot_product_attention(q, k, v, mask=None):
+    _calls.append(q.tolist())
+    with open("/tmp/calls.txt", "a") as fh:         # a file outlives the tests' fork
+        fh.write(repr(q.tolist()) + "\\n")
+    return _real(q, k, v, mask)
+''',
+    "record-calls-no-fork": '''
+import importlib
+_wk = importlib.import_module("course.tools" + ".worker")
+_wk.Worker.test_begin = lambda self: True        # pretend to fork: the tests talk to this very process
+_calls = []
+_real = scaled_dot_product_attention
+def scaled_dot_product_attention(q, k, v, mask=None):
+    _calls.append(q.tolist())
+    return _real(q, k, v, mask)
+''',
+    "first-bytes-then-sleep": '''
+import gc, os, time
+_fds = [o.wfd for o in gc.get_objects() if type(o).__name__ == "Worker"] or list(range(3, 12))
+for _fd in _fds:
+    try:
+        os.write(_fd, b"\\x40\\x00\\x00")
+    except OSError:
+        pass
+time.sleep(60)
+''',
+    "partial-payload": '''
+import gc, os, time
+_fds = [o.wfd for o in gc.get_objects() if type(o).__name__ == "Worker"] or list(range(3, 12))
+for _fd in _fds:
+    try:
+        os.write(_fd, (1000).to_bytes(8, "little") + b'{{"v": ')
+    except OSError:
+        pass
+time.sleep(60)
+''',
+    "huge-exception-name": '''
+raise type("E" * 5_000_000, (Exception,), {{}})("x" * 5_000_000)
+''',
+    "fallocate": '''
+import os, signal
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+for _name, _size in [("big", 4 * 2**30)] + [(f"part{{_i}}", 200 * 2**20) for _i in range(8)]:
+    for _dir in (os.getcwd(), "/tmp"):
+        _fd = os.open(os.path.join(_dir, _name), os.O_CREAT | os.O_WRONLY)
+        try:
+            os.posix_fallocate(_fd, 0, _size)
+            print("FALLOCATED", _dir, _name)
+        except OSError as exc:
+            print("fallocate refused", _dir, _name, exc.errno)
+        finally:
+            os.close(_fd)
+''',
+    "huge-answer": '''
+_real = scaled_dot_product_attention
+def scaled_dot_product_attention(q, k, v, mask=None):
+    out, w = _real(q, k, v, mask)
+    return out, [torch.zeros(15_000_000), torch.zeros(60_000_000)]      # 60 MB, then 240 MB
+''',
 }
+
+# Whole-notebook attacks: name -> a function that changes the wrong-answer notebook.
+SECRET = "HONEST-STUDENT-SECRET"
+
+
+def _append_cell(nb, source):
+    import nbformat
+
+    nb.cells.append(nbformat.v4.new_code_cell(source))
+    return nb
+
+
+def _print_recorded(nb):        # after the last test: print what the tests sent (hidden inputs)
+    return _append_cell(nb, 'import os\nprint("RECORDED", _calls[:50])\n'
+                            'print("RECORDED-FILE", open("/tmp/calls.txt").read()[:5000] if os.path.exists("/tmp/calls.txt") else "")\n'
+                            'print("STOLEN", open("/tmp/stolen.txt").read()[:5000] if os.path.exists("/tmp/stolen.txt") else "")')
+
+
+def _paste_tests(nb):
+    """Fix the answer after the real tests ran, then paste every test cell again: retries."""
+    import copy
+
+    import nbformat
+
+    tests = [c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade")]
+    fixed = nbformat.v4.new_code_cell("exec(_fixed)")
+    copies = [copy.deepcopy(c) for c in tests * 2]
+    for i, c in enumerate(copies):
+        c["id"] = f"pasted-{i}"
+    nb.cells += [fixed] + copies
+    return nb
+
+
+def _many_big_cells(nb):
+    """250 cells before the first test, each printing just under the per-cell cap."""
+    import nbformat
+
+    first = next(i for i, c in enumerate(nb.cells) if c.metadata.get("nbgrader", {}).get("grade"))
+    nb.cells[first:first] = [nbformat.v4.new_code_cell(f'print("{i:03d}" + "x" * 19_990)') for i in range(250)]
+    return nb
+
+
+NOTEBOOK_ATTACKS = {
+    "record-calls": _print_recorded,
+    "record-calls-no-fork": _print_recorded,
+    "impersonate-the-zygote": _print_recorded,
+    "paste-tests": _paste_tests,
+    "many-big-cells": _many_big_cells,
+}
+RIGHT = "_fixed = " + repr('''
+def scaled_dot_product_attention(q, k, v, mask=None):
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    weights = torch.nan_to_num(torch.softmax(scores, dim=-1))
+    return weights @ v, weights
+''')
+ATTACKS["paste-tests"] = RIGHT
+ATTACKS["many-big-cells"] = ""
 
 
 class _Counter(http.server.BaseHTTPRequestHandler):
@@ -201,14 +378,16 @@ def test_hostile_submissions_gain_nothing_and_change_nothing(tmp_path):
     repo = Path(__file__).resolve().parents[1]
     paths = dict(repo=repo, out=out, subs=subs, home=home, port=server.server_address[1])
 
-    write_submission(subs, "honest-a", LESSON, build_submission(LESSON))
-    write_submission(subs, "honest-b", LESSON, build_submission(LESSON))
-    write_submission(subs, "honest-c", LESSON, build_submission(LESSON))      # graded after the attackers,
-    write_submission(subs, "honest-d", LESSON, build_submission(LESSON))      # in the same warm sandboxes
+    for student in ("honest-a", "honest-b", "honest-c", "honest-d"):      # graded after the attackers,
+        nb = build_submission(LESSON)                                     # in the same warm sandboxes
+        cell = next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "causal_mask")
+        cell.source += f"\n# {SECRET}-{student}"
+        write_submission(subs, student, LESSON, nb)
     write_submission(subs, "wrong-control", LESSON, build_submission(LESSON, {"scaled_dot_product_attention": WRONG}))
     for name, attack in ATTACKS.items():
         code = WRONG + "\n" + attack.format(**{k: str(v) for k, v in paths.items()})
-        write_submission(subs, f"attack-{name}", LESSON, build_submission(LESSON, {"scaled_dot_product_attention": code}))
+        nb = build_submission(LESSON, {"scaled_dot_product_attention": code})
+        write_submission(subs, f"attack-{name}", LESSON, NOTEBOOK_ATTACKS.get(name, lambda n: n)(nb))
     # Metadata tampering: points and extra credit claimed in the notebook itself.
     nb = build_submission(LESSON, {"scaled_dot_product_attention": WRONG})
     for cell in nb.cells:
@@ -222,8 +401,10 @@ def test_hostile_submissions_gain_nothing_and_change_nothing(tmp_path):
     scratch = tmp_path / "scratch"
     scratch.mkdir()
     env = dict(__import__("os").environ, COURSE_GRADE_SCRATCH=str(scratch))
+    t0 = time.monotonic()
     proc = subprocess.run([COURSE, "grade", str(subs), "--out", str(out), "--timeout", "20", "--jobs", "2"],
                           capture_output=True, text=True, timeout=1500, env=env)
+    took = time.monotonic() - t0
     time.sleep(5)                                       # give a detached process the time it asked for
     results = results_by_key(out / "results.json")
     problems = []
@@ -246,9 +427,24 @@ def test_hostile_submissions_gain_nothing_and_change_nothing(tmp_path):
         if r["status"] in ("grader-error", "pending"):
             problems.append(f"{student}: status {r['status']} {r['detail']}")
     for student in ("attack-noop-checks", "attack-rebind-globals", "attack-patch-oracle", "attack-frames-and-gc",
-                    "attack-kill-the-grader", "attack-input-transformer"):
+                    "attack-kill-the-grader", "attack-input-transformer", "attack-impersonate-the-zygote",
+                    "attack-paste-tests", "attack-record-calls-no-fork", "attack-fake-tensor", "attack-deep-folders"):
         if results[(student, LESSON)]["status"] != "suspicious":
             problems.append(f"{student} was not reported as suspicious: {results[(student, LESSON)]['status']}")
+    # Issue 19: each is reported, and a stalled answer is a timeout (60 s of sleep under --timeout 20).
+    expected = {"first-bytes-then-sleep": ("timeout", "suspicious"), "partial-payload": ("timeout", "suspicious"),
+                "huge-exception-name": ("kernel-died",)}
+    for name, statuses in expected.items():
+        if results[(f"attack-{name}", LESSON)]["status"] not in statuses:
+            problems.append(f"attack-{name}: status {results[(f'attack-{name}', LESSON)]['status']}, not {statuses}")
+    if took > 400:
+        problems.append(f"the batch took {took:.0f} s: a stalled answer held a judge")
+    if "paste" not in results[("attack-paste-tests", LESSON)]["detail"]:
+        problems.append("the pasted test cells were not reported")
+    fell = Path(results[("attack-fallocate", LESSON)]["feedback"]).read_text()
+    import re
+    if re.search(r"FALLOCATED \S+ big", fell) or fell.count("FALLOCATED") > 6 or "fallocate refused" not in fell:
+        problems.append("posix_fallocate reserved more than the sandbox's capped scratch space")
     # Nothing outside the sandbox changed.
     if (home / "sentinel").read_text() != "keep me":
         problems.append("a submission changed a file in the grader's home")
@@ -272,14 +468,18 @@ def test_hostile_submissions_gain_nothing_and_change_nothing(tmp_path):
             continue
     if leftovers:
         problems.append(f"processes of the sandbox user outlived the batch: {leftovers}")
-    # Feedback: small, and never a hidden test.
+    # Feedback: small, never a hidden test, a hidden input or another student's code.
     hidden = _hidden_lines()
     for (student, _), r in results.items():
         text = Path(r["feedback"]).read_text() if r["feedback"] else ""
         if "BEGIN HIDDEN TESTS" in text or any(line in text for line in hidden):
             problems.append(f"{student}: feedback shows hidden test code")
-        if len(text) > 3_000_000:
+        if len(text) > 1_500_000:
             problems.append(f"{student}: feedback of {len(text)} bytes")
+        if student.startswith("attack-") and SECRET in text:
+            problems.append(f"{student}: feedback shows another student's code")
+        if "RECORDED [[" in text or "RECORDED-FILE [[" in text:           # (the source says "RECORDED", _calls)
+            problems.append(f"{student}: feedback shows what the tests sent")
     flood = Path(results[("attack-output-flood", LESSON)]["feedback"]).read_text()
     if "more characters of output not kept" not in flood:
         problems.append("the 50 MB print was not cut")
@@ -310,7 +510,7 @@ def test_refuses_without_a_sandbox_unless_told(tmp_path, monkeypatch):
     """No bubblewrap on PATH: `course grade` refuses and says how to install it."""
     subs = tmp_path / "subs"
     write_submission(subs, "alice", LESSON, build_submission(LESSON))
-    env = {"PATH": str(Path(sys.executable).parent), "HOME": str(tmp_path)}
+    env = {"PATH": str(Path(sys.executable).parent), "HOME": str(tmp_path), "COURSE_NO_BUNDLED_BWRAP": "1"}
     proc = subprocess.run([COURSE, "grade", str(subs), "--out", str(tmp_path / "out")], capture_output=True, text=True,
                           timeout=600, env=env)
     assert proc.returncode != 0 and "bubblewrap" in (proc.stdout + proc.stderr), proc.stdout + proc.stderr
@@ -390,3 +590,66 @@ def test_feedback_page_is_the_page_nbconvert_writes():
         assert ours.count('tabindex="0"') == theirs.count('tabindex="0"') > 0
         assert parsed(ours) == parsed(theirs)
 
+
+
+def _parent(proc_dir: Path) -> int:
+    try:
+        return int(proc_dir.joinpath("stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return -1
+
+
+def _processes_about(text: str) -> list[int]:
+    """Processes whose command line names ``text``, or that run as the sandbox user in a mount of it."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if text in (entry / "cmdline").read_bytes().decode(errors="replace") or \
+                    text in (entry / "mountinfo").read_text():
+                found.append(int(entry.name))
+        except OSError:
+            continue
+    return found
+
+
+@pytest.mark.parametrize("how", ["SIGTERM", "SIGINT"])
+def test_stopping_course_grade_stops_every_judge_and_sandbox(tmp_path, how):
+    """A submission sleeps in its sandbox; `course grade` is stopped: no judge, bubblewrap or sandboxed
+    process of its own is left running."""
+    import os
+    import signal
+
+    from course.tools import sandbox
+
+    if not sandbox.available()[0]:
+        pytest.skip("bubblewrap is not available here: " + sandbox.available()[1])
+    subs, scratch = tmp_path / "subs", tmp_path / "scratch"
+    scratch.mkdir()
+    write_submission(subs, "sleeper", LESSON, build_submission(LESSON, {"scaled_dot_product_attention":
+                                                                        "import time\ntime.sleep(600)"}))
+    env = dict(os.environ, COURSE_GRADE_SCRATCH=str(scratch))
+    proc = subprocess.Popen([COURSE, "grade", str(subs), "--out", str(tmp_path / "out"), "--timeout", "600",
+                             "--jobs", "1"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    try:
+        end = time.monotonic() + 180
+        while time.monotonic() < end and len(_processes_about(str(scratch))) < 3:    # judge, bwrap, sandbox
+            time.sleep(0.5)
+        started = _processes_about(str(scratch))
+        assert len(started) >= 3, f"the sandbox did not start: {started}"
+        judges = [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit() and _parent(p) == proc.pid]
+        assert judges
+        time.sleep(3)                                    # the submission's cell is running
+        proc.send_signal(getattr(signal, how))
+        proc.wait(timeout=60)
+        end = time.monotonic() + 20
+        while time.monotonic() < end and _processes_about(str(scratch)):
+            time.sleep(0.5)
+        left = _processes_about(str(scratch)) + [p for p in judges if Path(f"/proc/{p}").exists() and
+                                                 b"course.tools.judge" in Path(f"/proc/{p}/cmdline").read_bytes()]
+        assert not left, f"still running after {how}: " + "; ".join(
+            Path(f"/proc/{p}/cmdline").read_bytes().decode(errors="replace")[:200] for p in left if Path(f"/proc/{p}").exists())
+    finally:
+        if proc.poll() is None:
+            proc.kill()

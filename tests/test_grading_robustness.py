@@ -167,8 +167,118 @@ def test_warm_sandbox_imports_what_the_lessons_import(tmp_path):
     found = _imported_modules(source)
     assert {"torch", "course.oracles.vit", "course.checks_11"} <= found
     if sandbox.available()[0]:
-        cmd = sandbox.worker_command(tmp_path, zygote=True, warm=["course.oracles.bert", "x; rm -rf /", "--y"])
+        cmd = sandbox.worker_command(zygote=True, ctrl_fd=3, warm=["course.oracles.bert", "x; rm -rf /", "--y"])
         assert "--warm=course.oracles.bert" in cmd and not any("rm -rf" in c or "--y" in c for c in cmd)
     code = ("import sys; from course.tools.worker import _warm; _warm(['course.oracles.bert,no.such.module']); "
             "print('transformers.models.bert.modeling_bert' in sys.modules)")
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout.strip() == "True"
+
+
+# -- issue 19: the protocol, straight through the judge ----------------------------------------------
+
+def _lesson(tmp_path, solution: str, test: str, after: str = "") -> tuple[Path, Path]:
+    """A one-exercise lesson (source with its test) and a submission of ``solution``."""
+    def nb(sol):
+        book = nbformat.v4.new_notebook()
+        book.cells = [nbformat.v4.new_code_cell("import torch"),
+                      nbformat.v4.new_code_cell(sol, metadata={"nbgrader": {"solution": True, "grade": False,
+                                                                             "grade_id": "f", "locked": False}}),
+                      nbformat.v4.new_code_cell(test, metadata={"nbgrader": {"solution": False, "grade": True,
+                                                                              "grade_id": "test_f", "points": 1,
+                                                                              "locked": True}})]
+        if after:
+            book.cells.append(nbformat.v4.new_code_cell(after))
+        return book
+    source, sub = tmp_path / "source.ipynb", tmp_path / "sub.ipynb"
+    nbformat.write(nb("def f(*a):\n    raise NotImplementedError"), str(source))
+    nbformat.write(nb(solution), str(sub))
+    return source, sub
+
+
+def _judge(tmp_path, source, sub, **spec):
+    from course.tools import judge, sandbox
+
+    if not sandbox.available()[0]:
+        pytest.skip("bubblewrap is not available here: " + sandbox.available()[1])
+    try:
+        return judge.grade_submission({"notebook": str(sub), "source": str(source), "timeout": 30,
+                                       "scratch_base": str(tmp_path), "sandbox": True, **spec})
+    finally:
+        judge._ZYGOTE.kill()
+
+
+MUTATION_TEST = """
+x = torch.ones(3)
+states = [{"w": torch.zeros(2)}, {"w": torch.zeros(2)}]
+x_before, w_before = x.clone(), states[1]["w"].clone()
+f(x, states)
+assert torch.equal(x, x_before), "f changed its input x in place"
+assert torch.equal(states[1]["w"], w_before), "f changed a state_dict it was given"
+"""
+
+
+@pytest.mark.parametrize("solution, passes", [
+    ("def f(x, states):\n    return x * 2, [dict(s) for s in states]", True),
+    ("def f(x, states):\n    x.mul_(2)\n    return x", False),                           # in place, on the argument
+    ("def f(x, states):\n    states[1]['w'].add_(1)\n    return x + 1", False),         # in place, nested
+    ("def f(x, states):\n    x.data.mul_(2)\n    return x", False),                      # behind autograd's back
+])
+def test_a_learners_in_place_change_reaches_the_test(tmp_path, solution, passes):
+    """Tensors passed to learner code are copies in the sandbox; the changes a call makes to them in
+    place come back to the test's own tensors, so `assert torch.equal(x, x_before)` sees what it would
+    see in the notebook."""
+    source, sub = _lesson(tmp_path, solution, MUTATION_TEST)
+    result = _judge(tmp_path, source, sub)
+    assert [c["passed"] for c in result["cells"]] == [passes], result
+
+
+def test_what_a_test_sends_does_not_survive_into_later_cells(tmp_path):
+    """Test cells talk to a fork of the learner's process: a function that records its calls has
+    recorded nothing when a later cell looks; and a later cell's output is not shown on the page."""
+    solution = "seen = []\ndef f(x):\n    seen.append(x.tolist())\n    return x"
+    test = "f(torch.tensor([4.0, 2.0, 4242.0]))"
+    after = "print('LATER', len(seen), seen)\nassert not seen, 'the test leaked'"
+    source, sub = _lesson(tmp_path, solution, test, after)
+    result = _judge(tmp_path, source, sub)
+    assert result["cells"][0]["passed"], result
+    later = result["outputs"]["3"]
+    assert later["error"] is None, later                      # the later cell saw an empty list
+    assert "4242" not in json.dumps(result["outputs"]), result["outputs"]
+
+
+def test_the_lessons_files_reach_the_working_folder(tmp_path):
+    """The scratch folders are the sandbox's own tmpfs mounts; the lesson's data files still reach
+    the working folder of every submission (through a read-only inbox)."""
+    data = tmp_path / "lesson-files" / "table.txt"
+    data.parent.mkdir()
+    data.write_text("42")
+    source, sub = _lesson(tmp_path, "def f():\n    return int(open('table.txt').read())",
+                          "assert f() == 42, f()")
+    result = _judge(tmp_path, source, sub, files=[str(data)])
+    assert result["cells"][0]["passed"], result
+
+
+def test_a_sandbox_that_fails_is_a_grader_error_not_a_zero(tmp_path, monkeypatch):
+    """When the sandbox itself cannot start or restart, the submission is `grader-error` (0 points until it is
+    graded again, and a re-run grades it again), never a `graded` 0 the instructor would trust."""
+    from course.tools import grading
+
+    subs = tmp_path / "subs"
+    write_submission(subs, "alice", LESSON, build_submission(LESSON))
+    calls = []
+
+    def broken(self, slot, spec):
+        calls.append(spec["notebook"])
+        nb = nbformat.read(spec["source"], as_version=4)
+        cells = [{"grade_id": c.metadata.nbgrader.grade_id, "points": c.metadata.nbgrader.points,
+                  "max_points": c.metadata.nbgrader.points, "passed": True, "message": ""}
+                 for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade") and c.cell_type == "code"]
+        return {"cells": cells, "events": ["sandbox: the sandbox did not start (bwrap: setting up uid map)"]}
+
+    monkeypatch.setattr(grading._Judges, "grade", broken)
+    for _ in range(2):
+        grading.grade(subs, tmp_path / "out", unsafe_no_sandbox=True, jobs=1)
+        r = results_by_key(tmp_path / "out" / "results.json")[("alice", LESSON)]
+        assert r["status"] == "grader-error" and r["score"] == 0, r
+        assert "sandbox failed" in r["detail"], r["detail"]
+    assert len(calls) == 2                                     # the re-run graded it again

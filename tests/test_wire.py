@@ -29,3 +29,96 @@ def test_tensors_come_back_equal(tensor):
 def test_containers_of_scalars_come_back():
     back = _round_trip({"loss": torch.tensor(0.25), "steps": (1, 2.0, None)})
     assert torch.equal(back["loss"], torch.tensor(0.25)) and back["steps"] == (1, 2.0, None)
+
+
+# -- issue 19: data only, validated, with deadlines --------------------------------------------------
+
+import json
+import os
+import struct
+import subprocess
+import sys
+import threading
+import time
+
+from course.tools import wire
+
+
+def _raw_answer(value: dict, buffers=b"") -> bytes:
+    header = json.dumps(value).encode()
+    return struct.pack("<Q", len(header)) + header + buffers
+
+
+@pytest.mark.parametrize("value", [
+    {"v": "x" * 200_000, "sizes": []},                                     # one string over the cap
+    {"v": {"$list": list(range(300_000))}, "sizes": []},                   # too many values
+    {"v": {"$h": 1, "type": {"mro": [["m", "C" * 5000]]}}, "sizes": []},   # a class name 5000 long
+    {"v": {"$list": [{"$t": 0, "dtype": "uint8", "shape": [1]}] * 2}, "sizes": [1]},   # one buffer, two tensors
+    {"v": {"$f": "1e999999"}, "sizes": []},
+    {"v": {"$device": "cuda:0" * 100}, "sizes": []},
+])
+def test_answers_over_a_cap_or_malformed_are_refused(value):
+    sizes = sum(value["sizes"])
+    with pytest.raises(wire.WireError):
+        wire.decode_data(_raw_answer(value, b"\0" * sizes), lambda hid, info: pytest.fail("no handle"))
+
+
+def test_a_stand_in_never_claims_a_c_class():
+    """An object that says it is a tensor comes back as a stand-in that is no tensor: torch's C code
+    would read its memory as a tensor's (the judge crashed on such a "fake tensor")."""
+    import torch.nn as nn
+
+    from course.tools.judge import Remote, _resolve_class
+
+    for mro in ([["torch", "Tensor"]], [["torch.nn.parameter", "Parameter"], ["torch", "Tensor"]],
+                [["torch._C", "TensorBase"]], [["builtins", "dict"]], [["torch", "Generator"]]):
+        cls = _resolve_class({"mro": mro})
+        assert not issubclass(cls, (torch.Tensor, dict, torch.Generator)), (mro, cls.__mro__)
+        fake = Remote(None, 1, {"mro": mro})
+        assert not isinstance(fake, torch.Tensor)
+        with pytest.raises(TypeError):
+            torch.add(fake, 1)
+    assert issubclass(_resolve_class({"mro": [["submission", "Net"], ["torch.nn.modules.module", "Module"]]}), nn.Module)
+
+
+def _pipe_writer(chunks):
+    r, w = os.pipe()
+
+    def write():
+        for data, pause in chunks:
+            os.write(w, data)
+            time.sleep(pause)
+        os.close(w)
+
+    threading.Thread(target=write, daemon=True).start()
+    return r
+
+
+@pytest.mark.parametrize("chunks", [
+    [(b"\x40\x00\x00", 5)],                                          # the first bytes of a length, then sleep
+    [((1000).to_bytes(8, "little") + b'{"v": ', 5)],                # a header with part of its payload
+])
+def test_the_deadline_covers_the_whole_answer(chunks):
+    r = _pipe_writer(chunks)
+    t0 = time.monotonic()
+    with pytest.raises(wire.WireTimeout):
+        wire.recv(r, deadline=time.monotonic() + 0.5)
+    assert time.monotonic() - t0 < 2
+    os.close(r)
+
+
+def test_a_60_mb_answer_costs_the_judge_little_more_than_60_mb():
+    """Read from a pipe and decoded, a 60 MB answer is held once (it cost the judge 1.3 GB)."""
+    code = """
+import os, resource, threading, torch
+from course.tools import wire
+payload = wire.encode_data([torch.zeros(15_000_000)], lambda o: (0, {}))
+r, w = os.pipe()
+threading.Thread(target=wire.send, args=(w, payload), daemon=True).start()
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+value = wire.decode_data(wire.recv(r), lambda h, i: None)
+assert value[0].shape == (15_000_000,)
+print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) // 1024)
+"""
+    grew = int(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout)
+    assert grew < 90, f"receiving a 60 MB answer took {grew} MB more"

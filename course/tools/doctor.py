@@ -265,6 +265,26 @@ def _server_extension_enabled(package: str) -> bool:
     return enabled and importlib.util.find_spec(package) is not None
 
 
+def _instructor_copy() -> bool:
+    """The repository, with the grading tools; a learner's copy from ``course dist`` has none of them."""
+    import importlib.util
+
+    return importlib.util.find_spec("course.tools.sandbox") is not None
+
+
+def _lessons(base: Path) -> tuple[list[str], list[str]]:
+    """(lesson ids, ids whose student notebook is missing): from ``solutions/`` in the repository,
+    from ``notebooks/`` in a learner's copy (which has no solutions)."""
+    from course.tools.lessons import all_lessons
+
+    lessons = all_lessons(base)
+    if lessons:
+        return [l.id for l in lessons], [l.id for l in lessons if not l.student.is_file()]
+    folder = base / "notebooks"
+    ids = sorted(p.name for p in folder.iterdir() if (p / f"{p.name}.ipynb").is_file()) if folder.is_dir() else []
+    return ids, []
+
+
 def doctor(json_out: Path | None = None) -> int:
     """Print versions, the device and the Jupyter set-up; return the number of problems found.
 
@@ -273,8 +293,8 @@ def doctor(json_out: Path | None = None) -> int:
     """
     import torch
 
-    from course.tools.lessons import all_lessons, root
-    from course.tools.workspace import tool_environment
+    from course.tools.lab import tool_environment
+    from course.tools.lessons import root
 
     tool_environment()
     problems = []
@@ -306,17 +326,22 @@ def doctor(json_out: Path | None = None) -> int:
     print(f"server ext      nbgrader: {'enabled' if ok else 'MISSING'}")
     if not ok:
         problems.append("nbgrader's Jupyter server extension is not enabled")
-    lessons = all_lessons()
-    from course.tools import sandbox
+    ids, missing = _lessons(root())
+    if _instructor_copy():
+        from course.tools import sandbox
 
-    ok, why = sandbox.available()
-    print(f"grading sandbox {sandbox.describe(False) if ok else 'NOT AVAILABLE: ' + why}")
-    if not ok:
-        problems.append("`course grade` needs bubblewrap to isolate submissions: " + sandbox.INSTALL_HINT)
-    print(f"lessons         {len(lessons)}: {', '.join(l.id for l in lessons)}")
-    missing = [l.id for l in lessons if not l.student.is_file()]
+        ok, why = sandbox.available()
+        print(f"grading sandbox {sandbox.describe(False) if ok else 'NOT AVAILABLE: ' + why}")
+        print(f"bubblewrap      {sandbox.bwrap_origin()}; user namespaces {'work' if ok else 'did not start: see above'}")
+        if not ok:
+            problems.append("`course grade` needs bubblewrap to isolate submissions: " + sandbox.INSTALL_HINT)
+    else:
+        print("copy            a learner's copy (course dist): course check, course doctor, course lab")
+    print(f"lessons         {len(ids)}: {', '.join(ids)}")
     if missing:
         problems.append(f"student notebooks missing for {', '.join(missing)}: run `course release`")
+    if not ids:
+        problems.append(f"no lessons found in {root()}: run this from the course's folder")
     print(f"home writes     JUPYTER_DATA_DIR={os.environ.get('JUPYTER_DATA_DIR', '(default: ~)')}")
     print()
     if problems:
@@ -327,7 +352,7 @@ def doctor(json_out: Path | None = None) -> int:
         print("All checks passed.")
     if json_out is not None:
         report = {"created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "python": platform.python_version(),
-                  "machine": platform.platform(), "versions": versions, "hardware": info, "lessons": [l.id for l in lessons],
+                  "machine": platform.platform(), "versions": versions, "hardware": info, "lessons": ids,
                   "problems": problems}
         Path(json_out).parent.mkdir(parents=True, exist_ok=True)
         Path(json_out).write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")

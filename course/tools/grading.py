@@ -52,7 +52,7 @@ STATUSES = {
     "test-cells-deleted": "the student deleted test cells: those score 0, the rest are graded",
     "kernel-died": "the student's process died (os._exit, a crash, out of memory); restarted, the rest graded",
     "suspicious": "graded, but the code tampers with grading or reaches outside: look at it by hand",
-    "invalid-notebook": "not valid notebook JSON (truncated, edited by hand): 0 points",
+    "invalid-notebook": "not a readable notebook (truncated JSON, a link, a pipe or device): 0 points, never read through a link",
     "missing-notebook": "no notebook in the lesson folder: 0 points",
     "unknown-lesson": "a folder that is not a lesson of this course",
     "grader-error": "the grader itself failed on this submission (a bug: please report it): 0 points",
@@ -93,22 +93,96 @@ def _max_score(source_nb) -> float:
     return float(sum(c.metadata.nbgrader.get("points", 0) for c in _test_cells(source_nb)))
 
 
+MAX_NOTEBOOK_BYTES = 100 * 2**20       # a notebook larger than this is refused unread
+
+
+class _Refused(str):
+    """Why a handed-in file is refused unread (a link, a special file): status ``invalid-notebook``."""
+
+
+def _link_problem(path: Path, what: str) -> str | None:
+    """Why ``path`` must not be read as a submission, from ``lstat`` (links are never followed)."""
+    import stat
+
+    try:
+        st = os.lstat(path)
+    except OSError as exc:
+        return f"cannot read {what} {path.name}: {exc.strerror or exc}"
+    if stat.S_ISLNK(st.st_mode):
+        return (f"{what} {path.name} is a symbolic link; hand in the notebook file itself "
+                "(links are never followed, not even to another file in the submissions folder).")
+    if what == "folder":
+        return None if stat.S_ISDIR(st.st_mode) else f"{path.name} is not a folder"
+    if not stat.S_ISREG(st.st_mode):
+        kind = ("a folder" if stat.S_ISDIR(st.st_mode) else "a named pipe (FIFO)" if stat.S_ISFIFO(st.st_mode) else
+                "a device" if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode) else
+                "a socket" if stat.S_ISSOCK(st.st_mode) else "not a regular file")
+        return f"{path.name} is {kind}, not a notebook file; hand in the notebook file itself."
+    if st.st_nlink > 1:
+        return (f"{path.name} is a hard link ({st.st_nlink} names for one file); hand in a copy of the notebook "
+                "file itself.")
+    if st.st_size > MAX_NOTEBOOK_BYTES:
+        return f"{path.name} is {st.st_size / 2**20:.0f} MiB, more than the {MAX_NOTEBOOK_BYTES // 2**20} MiB a notebook may be."
+    return None
+
+
 def _find_notebook(folder: Path, lesson: str) -> tuple[Path | None, str]:
+    """The submitted notebook of ``<student>/<lesson>/``, or ``(None, why)``.
+
+    Read with ``lstat``, never through a link: a notebook, lesson folder or student folder that is a
+    symbolic link, a hard link (``st_nlink > 1``) or a special file (FIFO, device, socket) is refused,
+    with a :class:`_Refused` reason (status ``invalid-notebook``). Links are refused even when they
+    stay inside the submissions folder: a link from one student's folder to another's is exactly the
+    case to refuse, and an instructor who copies submissions in gets plain files anyway.
+    """
+    for part, what in ((folder.parent, "folder"), (folder, "folder")):
+        problem = _link_problem(part, what)
+        if problem:
+            return None, _Refused(problem)
     expected = folder / f"{lesson}.ipynb"
-    if expected.is_file():
-        return expected, ""
-    others = sorted(p for p in folder.glob("*.ipynb") if not p.name.startswith("."))
+    if os.path.lexists(expected):
+        problem = _link_problem(expected, "the notebook")
+        return (None, _Refused(problem)) if problem else (expected, "")
+    try:
+        others = sorted(Path(e.path) for e in os.scandir(folder) if e.name.endswith(".ipynb") and not e.name.startswith("."))
+    except OSError as exc:
+        return None, f"cannot list {folder}: {exc.strerror or exc}"
     if len(others) == 1:
+        problem = _link_problem(others[0], "the notebook")
+        if problem:
+            return None, _Refused(problem)
         return others[0], f"graded {others[0].name} (expected the name {lesson}.ipynb)"
     found = ", ".join(p.name for p in others) or "nothing"
     return None, f"expected {lesson}.ipynb in {folder}; found {found}. Ask the student to hand in {lesson}.ipynb."
 
 
 def _read_notebook(path: Path):
-    """The submission as an nbformat notebook, or a readable reason why it is not one."""
+    """The submission as an nbformat notebook, or a readable reason why it is not one.
+
+    Opened with ``O_NOFOLLOW | O_NONBLOCK`` and checked again on the open file (a regular file with one
+    name, not too large), so nothing is read through a link or from a pipe or device."""
+    import stat
+
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:
+        problem = _link_problem(path, "the notebook")
+        return None, problem or f"cannot read {path.name}: {exc.strerror or exc}"
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_nlink > 1 or st.st_size > MAX_NOTEBOOK_BYTES:
+            return None, _link_problem(path, "the notebook") or f"{path.name} is not a plain notebook file"
+        with os.fdopen(fd, "rb", closefd=False) as fh:
+            data = fh.read(MAX_NOTEBOOK_BYTES + 1)
+    except OSError as exc:
+        return None, f"cannot read {path.name}: {exc.strerror or exc}"
+    finally:
+        os.close(fd)
+    if len(data) > MAX_NOTEBOOK_BYTES:
+        return None, f"{path.name} is larger than the {MAX_NOTEBOOK_BYTES // 2**20} MiB a notebook may be."
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
         return None, f"cannot read {path.name}: {exc}"
     try:
         nb = nbformat.reads(text, as_version=4)
@@ -526,7 +600,8 @@ def grade(submissions: Path, out: Path, *, timeout: int = 60, lessons: list[str]
         max_score = _max_score(source_nbs[lesson])
         path, note = _find_notebook(folder, lesson)
         if path is None:
-            res = SubmissionResult(student, lesson, max_score=max_score, status="missing-notebook", detail=note)
+            status = "invalid-notebook" if isinstance(note, _Refused) else "missing-notebook"
+            res = SubmissionResult(student, lesson, max_score=max_score, status=status, detail=note)
             finish(res)
             return res
         digest = _sha256(path) + ":" + lesson_hash[lesson]
@@ -572,7 +647,12 @@ def grade(submissions: Path, out: Path, *, timeout: int = 60, lessons: list[str]
                 problems.append("the student's process died and was restarted: " + ", ".join(deaths))
             if judged.get("suspicious"):
                 problems.append("suspicious code: " + "; ".join(judged["suspicious"][:6]))
-            res.status = ("suspicious" if judged.get("suspicious") else "kernel-died" if deaths else
+            broken = [e for e in events if e.startswith("sandbox:")]   # the sandbox itself failed: re-gradable
+            if broken:
+                problems.append("the grader's sandbox failed: " + "; ".join(broken))
+                res.score = 0.0   # as every grader-error: nothing counts until it is graded again
+            res.status = ("grader-error" if broken else "suspicious" if judged.get("suspicious") else
+                          "kernel-died" if deaths else
                           "timeout" if timeouts else "test-cells-deleted" if deleted else "graded")
             res.detail = "; ".join(([note] if note else []) + problems)
             res.phases = judged.get("phases", {})

@@ -68,6 +68,34 @@ def _rebuild_error(info) -> Exception:
 
 _TRUSTED_MODULES = ("torch", "builtins", "collections", "numpy", "math", "functools", "typing")
 _standins: dict[tuple, type] = {}
+_HEAPTYPE = 1 << 9
+
+
+def _claimable(cls) -> bool:
+    """May a stand-in claim to be an instance of ``cls``? Only if every class of its chain but
+    ``object`` is written in Python: C code (torch's first) trusts ``isinstance`` and then reads the
+    object's memory as its own layout, so a stand-in posing as a tensor would crash the judge."""
+    if not isinstance(cls, type) or issubclass(cls, (torch.Tensor, BaseException)):
+        return False
+    for c in cls.__mro__:
+        if c is object:
+            continue
+        if not c.__flags__ & _HEAPTYPE or type(c).__name__.startswith("pybind11") or \
+                str(c.__module__).startswith(("torch._C", "builtins")) or c.__basicsize__ > 64 or c.__itemsize__:
+            return False
+    return True
+
+
+def _trusted_class(module, qual):
+    """The class ``module.qual`` names, if a trusted module is loaded here and has it (imports nothing)."""
+    import sys
+
+    obj = sys.modules.get(str(module))
+    if obj is None:
+        return None
+    for part in str(qual).split("."):
+        obj = getattr(obj, part, None)
+    return obj if isinstance(obj, type) else None
 
 
 def _resolve_class(info: dict):
@@ -82,7 +110,7 @@ def _resolve_class(info: dict):
                 obj = importlib.import_module(str(module))
                 for part in str(qual).split("."):
                     obj = getattr(obj, part)
-                if isinstance(obj, type):
+                if isinstance(obj, type) and _claimable(obj):
                     bases.append(obj)
                     break
             except (ImportError, AttributeError):
@@ -130,7 +158,8 @@ class Remote:
         self._r("setattr", name=name, value=_outgoing(value))
 
     def __call__(self, *args, **kwargs):
-        return self._r("call", args=_outgoing(args), kwargs=_outgoing(kwargs), grad=torch.is_grad_enabled())
+        return self._r("call", args=_outgoing(args), kwargs=_outgoing(kwargs), grad=torch.is_grad_enabled(),
+                       mutable=_tensors((args, kwargs)))
 
     def __getitem__(self, key):
         return self._r("getitem", key=_outgoing(key))
@@ -169,6 +198,40 @@ class Remote:
 _ATOMS = frozenset({str, int, float, bool, type(None), bytes, complex})
 
 
+def _tensors(value, out=None, depth=0) -> list:
+    """The judge's tensors in a call's arguments, in the order the worker walks its copies."""
+    out = [] if out is None else out
+    if isinstance(value, Remote) or type(value) is Remote:
+        return out
+    if isinstance(value, torch.Tensor):
+        out.append(value)
+    elif type(value) in (list, tuple) and depth < 50:
+        for v in value:
+            _tensors(v, out, depth + 1)
+    elif type(value) is dict and depth < 50:
+        for v in value.values():
+            _tensors(v, out, depth + 1)
+    return out
+
+
+def _copy_back(originals: list, mutated: list) -> None:
+    """The learner's call changed some of its tensor arguments in place (in the sandbox, on copies):
+    make the same change to the test's own tensors, so the test sees what it would in the notebook."""
+    for item in mutated[:len(originals)]:
+        if not (isinstance(item, list) and len(item) == 2 and type(item[0]) is int
+                and 0 <= item[0] < len(originals) and isinstance(item[1], torch.Tensor)):
+            continue
+        dst, src = originals[item[0]], item[1]
+        try:
+            with torch.no_grad():
+                if dst.shape != src.shape:
+                    dst.data = src.to(dst.dtype).clone()
+                elif not torch.equal(dst, src.to(dst.dtype)):
+                    dst.copy_(src)
+        except (RuntimeError, TypeError):
+            dst.data = src.clone()
+
+
 def _outgoing(value):
     """Judge-side values on their way into the sandbox: stand-ins become handles."""
     if type(value) in _ATOMS:          # the leaves of a test's nested data (thousands per call): as they are
@@ -200,7 +263,8 @@ def _terminate(proc) -> None:
             pass
     for stream in (proc.stdin, proc.stdout):
         try:
-            stream.close()
+            if stream is not None:
+                stream.close()
         except OSError:
             pass
     try:
@@ -211,22 +275,74 @@ def _terminate(proc) -> None:
 
 class _Zygote:
     """The warm sandbox of this judge process: one bubblewrap sandbox whose PID 1 forks a fresh worker
-    per submission. It is killed and started again whenever a worker misbehaves (times out, dies,
-    breaks the protocol), so a misbehaving submission can never hand its sandbox to the next one."""
+    per submission. The judge believes only what this sandbox's PID 1 says on its control socket,
+    which no worker holds: "ready"/"clean" after it has killed every other process and emptied the
+    scratch folders, "exited" when a worker ends. Killed and started again whenever a worker
+    misbehaves (times out, dies, breaks the protocol) or the clean-up fails."""
 
     def __init__(self):
         self.proc = None
-        self.scratch = None
+        self.ctrl = None
+        self.inbox = None
 
     def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
+        return self.proc is not None and self.proc.poll() is None and self.ctrl is not None
+
+    def start(self, scratch_base: Path, warm, limits, deadline: float):
+        import socket
+        import tempfile
+
+        self.kill()
+        self.inbox = Path(tempfile.mkdtemp(prefix="course-inbox-", dir=scratch_base))
+        os.chmod(self.inbox, 0o755)
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            cmd = sandbox.worker_command(sandbox=True, zygote=True, warm=warm, ctrl_fd=theirs.fileno(),
+                                         inbox=self.inbox, limits=limits)
+            self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                         stderr=subprocess.DEVNULL, pass_fds=[theirs.fileno()],
+                                         start_new_session=True, preexec_fn=limits.apply)
+        finally:
+            theirs.close()
+        self.ctrl = ours
+        msg = self.hear(deadline)
+        if msg.get("ev") != "ready" or msg.get("clean") is not True:
+            raise WorkerGone(f"the sandbox did not start ({msg})")
+
+    def hear(self, deadline: float | None) -> dict:
+        """The next message of the sandbox's PID 1 (a WorkerGone if none by the deadline)."""
+        import json
+
+        left = None if deadline is None else max(0.0, deadline - time.monotonic())
+        if not select.select([self.ctrl], [], [], left)[0]:
+            raise WorkerGone("the sandbox did not answer in time", timeout=True)
+        try:
+            data = self.ctrl.recv(1 << 16)
+            msg = json.loads(data) if data else None
+        except (OSError, ValueError):
+            msg = None
+        if not isinstance(msg, dict):
+            raise WorkerGone("the sandbox stopped")
+        return msg
+
+    def tell(self, fds=(), **msg):
+        import json
+        import socket
+
+        try:
+            socket.send_fds(self.ctrl, [json.dumps(msg).encode()], list(fds))
+        except OSError:
+            raise WorkerGone("the sandbox stopped") from None
 
     def kill(self):
         _terminate(self.proc)
         self.proc = None
-        if self.scratch is not None:
-            sandbox.remove_scratch(self.scratch)
-            self.scratch = None
+        if self.ctrl is not None:
+            self.ctrl.close()
+            self.ctrl = None
+        if self.inbox is not None:
+            sandbox.remove_scratch(self.inbox)
+            self.inbox = None
 
 
 _ZYGOTE = _Zygote()
@@ -238,47 +354,64 @@ class Session:
     def __init__(self, scratch_base: Path, *, use_sandbox: bool, limits: sandbox.Limits, start_timeout: float = 120):
         self.scratch_base, self.use_sandbox, self.limits = Path(scratch_base), use_sandbox, limits
         self.proc = None
+        self.rfd = self.wfd = None
         self.deadline = None
         self.proxies: dict[int, Remote] = {}
         self.start_timeout = start_timeout
         self.files: list[str] = []
         self.warm: list[str] = []            # modules a new warm sandbox imports first
         self.own_scratch = None
+        self.exited = False
+        self.left_behind = 0                 # files and folders the clean-up removed after this submission
+        self.lies: list[str] = []            # what the worker claimed that cannot be true
 
-    @property
-    def scratch(self) -> Path:
-        return _ZYGOTE.scratch if self.use_sandbox else self.own_scratch
-
-    def _copy_files(self):
-        import shutil
-
-        for extra in self.files:             # data files that travel with the lesson
-            p = Path(extra)
-            if p.is_file():
-                shutil.copy2(p, self.scratch / "work" / p.name)
+    def _close_pipes(self):
+        for fd in (self.rfd, self.wfd):
+            if fd is not None:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+        self.rfd = self.wfd = None
 
     def start(self):
+        import shutil
+
         self.proxies = {}
+        self.exited = False
         self.deadline = time.monotonic() + self.start_timeout
         try:
             if self.use_sandbox:
                 if not _ZYGOTE.alive():
-                    _ZYGOTE.kill()
-                    _ZYGOTE.scratch = sandbox.prepare_scratch(self.scratch_base)
-                    cmd = sandbox.worker_command(_ZYGOTE.scratch, sandbox=True, zygote=True, warm=self.warm)
-                    _ZYGOTE.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                                    stderr=subprocess.DEVNULL, start_new_session=True,
-                                                    preexec_fn=self.limits.apply)
-                    self.proc = _ZYGOTE.proc
-                    ready = self._read()
-                    if not (isinstance(ready, dict) and ready.get("value") == "zygote-ready"):
-                        raise WorkerGone("the sandbox did not start")
-                self.proc = _ZYGOTE.proc
-                self._copy_files()
-                wire.send(self.proc.stdin.fileno(), wire.encode_request({"op": "fork"}))
+                    _ZYGOTE.start(self.scratch_base, self.warm, self.limits, self.deadline)
+                names = []
+                for old in _ZYGOTE.inbox.iterdir():
+                    old.unlink()
+                for extra in self.files:             # data files that travel with the lesson
+                    p = Path(extra)
+                    if p.is_file():
+                        shutil.copyfile(p, _ZYGOTE.inbox / p.name)
+                        os.chmod(_ZYGOTE.inbox / p.name, 0o644)
+                        names.append(p.name)
+                # Fresh pipes for this submission only: nothing a previous worker wrote can reach the judge.
+                req_r, req_w = os.pipe()
+                ans_r, ans_w = os.pipe()
+                try:
+                    _ZYGOTE.tell(fds=(req_r, ans_w), op="fork", files=names)
+                finally:
+                    os.close(req_r)
+                    os.close(ans_w)
+                self.rfd, self.wfd, self.proc = ans_r, req_w, _ZYGOTE.proc
+                os.set_blocking(self.wfd, False)
+                msg = _ZYGOTE.hear(self.deadline)
+                if msg.get("ev") != "started":
+                    raise WorkerGone("the sandbox did not start a worker")
             else:
                 self.own_scratch = self.own_scratch or sandbox.prepare_scratch(self.scratch_base)
-                self._copy_files()
+                for extra in self.files:
+                    p = Path(extra)
+                    if p.is_file():
+                        shutil.copy2(p, self.own_scratch / "work" / p.name)
                 env = {k: v for k, v in os.environ.items() if not k.startswith(("COURSE_METRICS",))}
                 env.update({"NBGRADER_EXECUTION": "autograde", "COURSE_HEADLESS": "1", "MPLBACKEND": "Agg",
                             "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "PYTHONHASHSEED": "0"})
@@ -286,6 +419,8 @@ class Session:
                                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                                              cwd=str(self.own_scratch / "work"), env=env, start_new_session=True,
                                              preexec_fn=self.limits.apply)
+                self.rfd, self.wfd = self.proc.stdout.fileno(), self.proc.stdin.fileno()
+                os.set_blocking(self.wfd, False)
             ready = self._read()
         except (OSError, wire.WireError) as exc:
             raise WorkerGone(f"the sandbox did not start ({exc})") from None
@@ -295,70 +430,108 @@ class Session:
             raise WorkerGone("the sandbox did not start")
 
     def stop(self, *, graceful: bool = False):
-        """End this submission's worker. Gracefully, the warm sandbox is kept for the next one (its
-        PID 1 kills every process the submission left and empties the scratch folders first)."""
+        """End this submission's worker. Gracefully, the warm sandbox is kept for the next one if its
+        PID 1 says, on its own channel, that it killed every process of the submission and emptied the
+        scratch folders."""
         if self.proc is None:
             return
         if self.use_sandbox:
+            self._close_pipes()
             if graceful and _ZYGOTE.alive():
                 try:
-                    wire.send(self.proc.stdin.fileno(), wire.encode_request({"op": "exit"}))
-                    self.deadline = time.monotonic() + 20
-                    back = self._read()
-                    if isinstance(back, dict) and back.get("value") == "zygote-ready":
-                        self.proc = None
-                        return
-                except (WorkerGone, OSError, wire.WireError):
+                    _ZYGOTE.tell(op="end")
+                    deadline = time.monotonic() + 30
+                    while True:
+                        msg = _ZYGOTE.hear(deadline)
+                        if type(msg.get("removed")) is int:
+                            self.left_behind = msg["removed"]
+                        if msg.get("ev") == "clean":
+                            self.proc = None
+                            return
+                        if msg.get("ev") != "exited":
+                            break
+                except WorkerGone:
                     pass
-                finally:
-                    self.deadline = None
             _ZYGOTE.kill()
             self.proc = None
             return
         _terminate(self.proc)
         self.proc = None
+        self.rfd = self.wfd = None
 
     def close(self):
         if not self.use_sandbox and self.own_scratch is not None:
             sandbox.remove_scratch(self.own_scratch)
             self.own_scratch = None
 
+    def _dead(self) -> bool:
+        if self.proc is None or self.proc.poll() is not None or self.exited:
+            return True
+        return False
+
+    def _watch_zygote(self, timeout: float | None) -> None:
+        """A message from the sandbox's PID 1 while waiting on the worker: it can only be "exited"."""
+        if not self.use_sandbox or _ZYGOTE.ctrl is None:
+            return
+        if select.select([_ZYGOTE.ctrl], [], [], timeout)[0]:
+            msg = _ZYGOTE.hear(time.monotonic() + 1)
+            self.exited = True
+            raise WorkerGone("the sandbox running the notebook died (os._exit, a crash, or out of memory)"
+                             if msg.get("ev") == "exited" else "the sandbox stopped")
+
     def _read(self):
-        fd = self.proc.stdout.fileno()
-        remaining = None if self.deadline is None else self.deadline - time.monotonic()
-        if remaining is not None and remaining <= 0:
-            raise WorkerGone("ran past the time limit", timeout=True)
-        ready, _, _ = select.select([fd], [], [], remaining)
+        deadline = self.deadline if self.deadline is not None else time.monotonic() + 600
+        watch = [self.rfd] + ([_ZYGOTE.ctrl] if self.use_sandbox and _ZYGOTE.ctrl is not None else [])
+        left = deadline - time.monotonic()
+        ready = select.select(watch, [], [], max(0.0, left))[0] if left > 0 else []
         if not ready:
             raise WorkerGone("ran past the time limit", timeout=True)
+        if self.rfd not in ready:
+            self._watch_zygote(0)
         try:
-            payload = wire.recv(fd)
+            payload = wire.recv(self.rfd, deadline=deadline)
             return wire.decode_data(payload, self._make_remote)
+        except wire.WireTimeout:
+            raise WorkerGone("ran past the time limit", timeout=True) from None
         except wire.WireError as exc:
-            if self.proc.poll() is not None:
+            self._watch_zygote(2)
+            if self.proc.poll() is not None or self.exited:
                 raise WorkerGone("the sandbox running the notebook died (os._exit, a crash, or out of memory)") from None
             raise WorkerGone(f"the sandbox broke the grading protocol ({exc})") from None
 
     def _make_remote(self, hid, info):
         proxy = self.proxies.get(hid)
+        mro = info.get("mro") if isinstance(info, dict) else None
+        if proxy is None and mro and str(mro[0][0]).split(".")[0] in _TRUSTED_MODULES:
+            claimed = _trusted_class(*mro[0])
+            if claimed is not None and issubclass(claimed, torch.Tensor) and len(self.lies) < 5:
+                # Real tensors travel as data, never as handles: this object lies about its class.
+                self.lies.append(f"an object of the learner's code claims to be {mro[0][0]}.{mro[0][1]}")
         if proxy is None:
             proxy = self.proxies[hid] = Remote(self, hid, info if isinstance(info, dict) else {})
         return proxy
 
-    def request(self, op, **kw):
-        if self.proc is None or self.proc.poll() is not None:
+    def request(self, op, *, mutable=None, **kw):
+        """Send one request; the answer, as data. ``mutable``: the judge's own tensors passed in the
+        call (in the order the worker walks them), to receive the changes the call made to them."""
+        if self._dead() or self.wfd is None:
             raise WorkerGone("the sandbox running the notebook died (os._exit, a crash, or out of memory)")
         try:
             payload = wire.encode_request({"op": op, **kw})
         except pickle_errors() as exc:
             raise TypeError(f"this value cannot be sent to the learner's code: {exc}") from None
+        deadline = self.deadline if self.deadline is not None else time.monotonic() + 600
         try:
-            wire.send(self.proc.stdin.fileno(), payload)
+            wire.send(self.wfd, payload, deadline=deadline)
+        except wire.WireTimeout:
+            raise WorkerGone("ran past the time limit", timeout=True) from None
         except (BrokenPipeError, OSError):
             raise WorkerGone("the sandbox running the notebook died (os._exit, a crash, or out of memory)") from None
         reply = self._read()
         if not isinstance(reply, dict):
             raise WorkerGone("the sandbox broke the grading protocol (a malformed answer)")
+        if mutable and isinstance(reply.get("mutated"), list):
+            _copy_back(mutable, reply["mutated"])
         if reply.get("ok") is True:
             return reply.get("value") if "missing" not in reply else _MISSING
         raise _rebuild_error(reply.get("error") or {})
@@ -469,6 +642,16 @@ def suspicious(nb) -> list[str]:
             elif isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] in roots:
                 patchable |= {a.asname or a.name for a in node.names}
     found = []
+    for i, tree in trees:      # the grading machinery is not the learner's to import or reach
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and \
+                    ("course.tools" in node.value or "tools.worker" in node.value):
+                found.append(f"cell {i}: names the grader's code ({node.value[:40]!r})")
+            elif isinstance(node, (ast.Import, ast.ImportFrom)):
+                mods = [a.name for a in node.names] + ([node.module] if isinstance(node, ast.ImportFrom) and node.module else [])
+                if any(m and (m.startswith("course.tools") or (m == "course" and any(a.name == "tools" for a in node.names)))
+                       for m in mods):
+                    found.append(f"cell {i}: imports the grader's code")
 
     def base_name(t):
         while isinstance(t, (ast.Attribute, ast.Subscript)):
@@ -511,13 +694,13 @@ class _ForbidHook:
     def __init__(self, session_ref):
         self.session_ref = session_ref
 
-    def __call__(self, names, why):
+    def __call__(self, names, why, limit=None):
         import contextlib
 
         @contextlib.contextmanager
         def hook():
             s = self.session_ref()
-            s.request("forbid", names=list(names), why=why)
+            s.request("forbid", names=list(names), why=why, limit=None if limit is None else int(limit))
             error = None
             try:
                 yield
@@ -525,10 +708,17 @@ class _ForbidHook:
                 error = exc
             called = s.request("unforbid") if s.proc is not None and s.proc.poll() is None else []
             if isinstance(called, list) and called:
-                raise AssertionError(f"your code called {called[0]}: this exercise asks you to {why}.")
+                raise AssertionError(str(called[0])[:2000])
             if error is not None:
                 raise error
         return hook()
+
+
+def _aliases(nb, source) -> list[str]:
+    """Forbidden functions of this lesson taken as values in the learner's cells (course.forbidden)."""
+    from course import forbidden
+
+    return forbidden.aliases(nb, forbidden.lesson_names(source), source)
 
 
 def _message(exc: BaseException, timeout: int) -> str:
@@ -544,6 +734,46 @@ def _message(exc: BaseException, timeout: int) -> str:
     text = str(exc).strip()
     name = type(exc).__name__
     return f"{name}: {text}" if text and not isinstance(exc, RemoteError) else (text or name)
+
+
+class _Outputs:
+    """What the feedback page shows of the learner's cells: checked data, capped per cell and per
+    notebook. Cells that ran after a test cell show no output and only a builtin error's name: a
+    submission that defeats the test's fork could have kept the test's hidden inputs and would print
+    them there."""
+
+    PER_CELL = 21_000           # the worker keeps 20 000 characters and says how many more there were
+    PER_NOTEBOOK = 200_000
+
+    def __init__(self):
+        self.left = self.PER_NOTEBOOK
+
+    def take(self, reply, *, after_a_test: bool) -> dict:
+        if not isinstance(reply, dict):
+            return {}
+        out = reply.get("output") if isinstance(reply.get("output"), str) else ""
+        err = reply.get("error") if isinstance(reply.get("error"), dict) else None
+        error = None
+        if err is not None:
+            name = str(err.get("type", "Error"))
+            name = name if name.isidentifier() and len(name) <= 60 else "Error"
+            error = {"type": name, "message": _cap(err.get("message", ""), 2000)}
+            if after_a_test:
+                error = {"type": name if name in _BUILTIN_ERRORS else "Error",
+                         "message": "(the message is not shown: this cell ran after a test cell)"}
+        if after_a_test:
+            note = "[output not shown: this cell ran after a test cell, and only outputs of cells before the first " \
+                   "test reach this page]" if out else ""
+            return {"output": note, "error": error}
+        text = _cap(out, self.PER_CELL)
+        if len(text) > self.left:
+            text = text[:max(0, self.left)] + "\n... [this notebook's output is over the page's limit; the rest is not kept]"
+        self.left -= len(text)
+        if error is not None:
+            self.left -= len(error["message"])
+            if self.left < 0:
+                error["message"] = "(not kept: over the page's limit)"
+        return {"output": text, "error": error}
 
 
 def grade_submission(spec: dict) -> dict:
@@ -565,10 +795,19 @@ def grade_submission(spec: dict) -> dict:
     session.warm = [str(m) for m in spec.get("warm", [])]
     import weakref
     checks.FORBIDDEN_HOOK = _ForbidHook(weakref.ref(session))
+    from course import forbidden
+    checks.FORBIDDEN_TAMPERING = forbidden.tampering(nb, source)    # reaching around forbid() fails its tests
     outputs: dict[int, dict] = {}
     results: dict[str, dict] = {}
     executed: list[tuple[int, str]] = []
     events: list[str] = []
+    pasted: list[str] = []
+    tested = False
+    fork = None                 # while test cells run: the stand-ins that existed before the fork
+    runs = [i for i, c in enumerate(nb.cells) if c.cell_type == "code" and not (
+        c.get("metadata", {}).get("nbgrader", {}).get("grade") or c.get("id") in experiments)]
+    last_cell = max(runs, default=-1)          # after it, no learner cell runs: tests need no fork
+    shown = _Outputs()
     restarts = 0
     phase = {"start": 0.0, "cells": 0.0, "tests": 0.0}
 
@@ -598,11 +837,23 @@ def grade_submission(spec: dict) -> dict:
                 continue
             meta = cell.get("metadata", {}).get("nbgrader", {})
             gid = meta.get("grade_id")
+            if gid in tests and gid in results:   # a test cell pasted again: one verdict per test, its first
+                pasted.append(f"cell {idx}: test cell {gid} pasted again (ignored)")
+                continue
             if gid in tests:
+                tested = True
                 c0 = time.perf_counter()
-                results[gid] = run_test(session, tests[gid], context, defined_by_student, timeout, total_deadline)
+                if fork is None and idx < last_cell:
+                    try:
+                        fork = _fork_for_tests(session, timeout)
+                    except WorkerGone as exc:
+                        results[gid] = {"passed": False, "message": _message(exc, timeout),
+                                        "restart": "timeout" if exc.timeout else "died"}
+                if gid not in results:
+                    results[gid] = run_test(session, tests[gid], context, defined_by_student, timeout, total_deadline)
                 phase["tests"] += time.perf_counter() - c0
                 if results[gid].get("restart"):
+                    fork = None
                     events.append(results[gid]["restart"])
                     try:
                         restart(results[gid]["restart"])
@@ -613,10 +864,13 @@ def grade_submission(spec: dict) -> dict:
             if meta.get("grade") or cell.get("id") in experiments:
                 continue
             c0 = time.perf_counter()
-            session.deadline = min(time.monotonic() + timeout, total_deadline)
             try:
+                if fork is not None:
+                    fork, known = None, fork
+                    _end_tests(session, known, timeout)
+                session.deadline = min(time.monotonic() + timeout, total_deadline)
                 reply = session.request("cell", source=cell.source, index=idx)
-                outputs[idx] = reply if isinstance(reply, dict) else {}
+                outputs[idx] = shown.take(reply, after_a_test=tested)
                 executed.append((idx, cell.source))
             except WorkerGone as exc:
                 what = "timeout" if exc.timeout else "died"
@@ -626,7 +880,7 @@ def grade_submission(spec: dict) -> dict:
                 try:
                     restart(what)
                 except WorkerGone as exc2:
-                    events.append(str(exc2))
+                    events.append(f"sandbox: {exc2}")
                     dead = True
             finally:
                 session.deadline = None
@@ -637,6 +891,7 @@ def grade_submission(spec: dict) -> dict:
         session.stop(graceful=True)
         session.close()
         checks.FORBIDDEN_HOOK = None
+        tampering, checks.FORBIDDEN_TAMPERING = checks.FORBIDDEN_TAMPERING, []
     cells = []
     for gid, cell in tests.items():
         max_pts = float(cell.metadata.nbgrader.get("points", 0))
@@ -650,8 +905,11 @@ def grade_submission(spec: dict) -> dict:
         else:
             cells.append({"grade_id": gid, "points": max_pts if r["passed"] else 0.0, "max_points": max_pts,
                           "passed": r["passed"], "message": r["message"], "deleted": False})
-    result = {"cells": cells, "outputs": {str(k): v for k, v in outputs.items()}, "events": events,
-              "suspicious": suspicious(nb), "phases": {k: round(v, 3) for k, v in phase.items()}}
+    if session.left_behind > 2000:
+        pasted.append(f"left {session.left_behind} files and folders in the sandbox (removed)")
+    found = list(dict.fromkeys(pasted + session.lies + suspicious(nb) + tampering + _aliases(nb, source)))
+    result = {"cells": cells, "outputs": {str(k): v for k, v in outputs.items()}, "events": events[:50],
+              "suspicious": found[:50], "phases": {k: round(v, 3) for k, v in phase.items()}}
     if spec.get("release"):
         # The pages are rendered here, in parallel judge processes, not in the grader's one process.
         from course.tools import grading as G
@@ -670,7 +928,8 @@ def grade_submission(spec: dict) -> dict:
 
 
 def run_test(session: Session, cell, context: dict, student_defs: dict, timeout: int, total_deadline: float) -> dict:
-    """Run one test cell's trusted code here, the learner's names as stand-ins. Returns its verdict."""
+    """Run one test cell's trusted code here, the learner's names as stand-ins. Returns its verdict.
+    (It talks to a fork of the worker, made by :func:`grade_submission` before it.)"""
     src = cell.source
     ns = dict(context)
     ns.update(getattr(session, "test_defs", {}))
@@ -706,22 +965,78 @@ def run_test(session: Session, cell, context: dict, student_defs: dict, timeout:
         if isinstance(exc, (KeyboardInterrupt, SystemExit)) and not isinstance(exc, SystemExit):
             raise
         passed, message, restart = False, _message(exc, timeout), None
-    finally:
-        session.deadline = None
-    # Names the test cell defined stay for later test cells (like a notebook); stand-ins do not.
+    session.deadline = None
+    # Names the test cell defined stay for later test cells (like a notebook); stand-ins do not (they
+    # live in the test's fork).
     keep = getattr(session, "test_defs", {})
     for k, v in ns.items():
         if k in context or k.startswith("__"):
             continue
         if k in injected and before_same(ns, k, locals().get("before", {})):
             continue
+        if isinstance(v, Remote) or type(v) is Remote:
+            continue
         keep[k] = v
     session.test_defs = keep
-    return {"passed": passed, "message": message[:3000], "restart": restart}
+    return {"passed": passed, "message": _cap(message, 3000), "restart": restart}
+
+
+def _fork_for_tests(session: Session, timeout: int) -> set:
+    """Before a run of test cells: the worker forks, and the tests talk to the fork, which ends
+    before the learner's next cell runs. What the tests send (hidden inputs included) does not survive
+    into later cells. Returns the stand-ins that existed before."""
+    session.deadline = time.monotonic() + timeout
+    try:
+        if session.request("test-begin") != "forked":
+            raise WorkerGone("the sandbox broke the grading protocol (no fork for the tests)")
+    finally:
+        session.deadline = None
+    return set(session.proxies)
+
+
+def _end_tests(session: Session, known: set, timeout: int) -> None:
+    session.deadline = time.monotonic() + timeout
+    try:
+        if session.request("test-end") != "ended":
+            raise WorkerGone("the sandbox broke the grading protocol (the tests' fork did not end)")
+    finally:
+        session.deadline = None
+        session.proxies = {k: v for k, v in session.proxies.items() if k in known}
+
+
+def _cap(text, n: int) -> str:
+    text = str(text)
+    return text if len(text) <= n else text[:n] + f" ... [{len(text) - n} more characters]"
 
 
 def before_same(ns, k, before) -> bool:
     return k in before and ns.get(k) is before[k]
+
+
+JUDGE_MEMORY_MB = 6144     # address space of a judge: what one submission's answers can make it hold
+
+
+def _guard_self() -> None:
+    """Die with the grader that started this judge (its sandbox dies with it: bubblewrap runs with
+    --die-with-parent), and hold the judge's own memory to a limit."""
+    import resource
+
+    try:
+        import ctypes
+
+        parent = os.getppid()
+        ctypes.CDLL(None).prctl(1, int(signal.SIGKILL), 0, 0, 0)     # PR_SET_PDEATHSIG
+        if os.getppid() != parent:                                    # the grader went before that
+            os._exit(1)
+    except (OSError, AttributeError):
+        pass
+    limit = int(os.environ.get("COURSE_JUDGE_MEMORY_MB", JUDGE_MEMORY_MB)) * 2**20
+    try:
+        soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+        if hard == resource.RLIM_INFINITY or hard > limit:
+            resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
+    except (ValueError, OSError):
+        pass
 
 
 def main() -> None:
@@ -729,6 +1044,7 @@ def main() -> None:
     import json
     import sys
 
+    _guard_self()
     torch.set_num_threads(1)
     for line in sys.stdin:
         spec = json.loads(line)

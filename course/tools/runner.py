@@ -18,13 +18,11 @@ from pathlib import Path
 
 from course.tools.lessons import Lesson
 
-__all__ = ["LessonResult", "run_lessons", "format_table", "KERNEL_ARGUMENTS"]
+__all__ = ["LessonResult", "SeedSummary", "summarize_seeds", "run_lessons", "run_lessons_seeds", "format_table",
+           "format_seed_table", "KERNEL_ARGUMENTS"]
 
-# The kernels `course run` and `course check` start print only their errors on the terminal:
-# ipykernel 7.4+ otherwise warns, once per kernel, that its local TCP sockets are not encrypted
-# (Jupyter's standard set-up; messages are signed with the connection file's key). Warnings raised
-# by a notebook's own cells still reach its outputs.
-KERNEL_ARGUMENTS = ["--IPKernelApp.log_level=ERROR"]
+# Shared with `course check`, which learners' copies (course dist) ship without this module.
+from course.tools.checker import KERNEL_ARGUMENTS  # noqa: E402
 
 
 @dataclass
@@ -189,3 +187,168 @@ def run_lessons(lessons: list[Lesson], out: Path, *, profile: str = "auto", devi
     print(f"\n{passed}/{len(results)} lessons passed in {report['total_seconds']} s. "
           f"Executed notebooks and report: {out.resolve()}/ (report.md, report.json)")
     return results
+
+
+# ---------------------------------------------------------------------------------------------------
+# Several seeds: `course run LESSONS --seeds 0 1 2`
+# ---------------------------------------------------------------------------------------------------
+
+@dataclass
+class SeedSummary:
+    """One lesson run once per seed: per metric the mean and sample standard deviation over the seeds
+    that reported it, and per target whether it held on every seed."""
+
+    id: str
+    title: str
+    seeds: list
+    status: str = "pending"          # passed | failed | timeout | missed-target (the worst over the seeds)
+    profile: str = ""
+    device: str = ""
+    seconds: float = 0.0             # all seeds together
+    metrics: dict = field(default_factory=dict)   # name -> {mean, sd, n, values: {seed: value}}
+    targets: list = field(default_factory=list)   # {metric, target, values: {seed: value}, mean, sd, met, failed_seeds}
+    runs: list = field(default_factory=list)      # one LessonResult (as a dict) per seed
+
+
+def _mean_sd(values: list[float]) -> tuple[float | None, float | None]:
+    if not values:
+        return None, None
+    mean = sum(values) / len(values)
+    if len(values) < 2:
+        return mean, 0.0
+    return mean, (sum((v - mean) ** 2 for v in values) / (len(values) - 1)) ** 0.5
+
+
+def _number(v) -> float | None:
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+
+_SEVERITY = {"passed": 0, "missed-target": 1, "timeout": 2, "failed": 3}
+
+
+def summarize_seeds(lesson: Lesson, runs: list[tuple[int, LessonResult]]) -> SeedSummary:
+    """Combine one lesson's runs (one per seed). A target holds only if it held on every seed: a seed
+    that did not report the metric, or whose notebook failed, counts as a miss. Targets are judged
+    (``met`` True/False) unless every run used the smoke profile, which promises no results."""
+    first = runs[0][1] if runs else LessonResult(id=lesson.id, title=lesson.title)
+    summary = SeedSummary(id=lesson.id, title=lesson.title, seeds=[s for s, _ in runs], profile=first.profile,
+                          device=first.device, seconds=round(sum(r.seconds for _, r in runs), 1),
+                          runs=[{"seed": s, **asdict(r)} for s, r in runs])
+    names = []
+    for _, r in runs:
+        names += [n for n in r.metrics if n not in names]
+    for name in names:
+        values = {s: _number(r.metrics.get(name)) for s, r in runs}
+        numbers = [v for v in values.values() if v is not None]
+        mean, sd = _mean_sd(numbers)
+        summary.metrics[name] = {"mean": mean, "sd": sd, "n": len(numbers), "values": values}
+    judged = any(r.profile != "smoke" for _, r in runs)
+    for t in lesson.targets:
+        values = {s: _number(r.metrics.get(t.metric)) for s, r in runs}
+        numbers = [v for v in values.values() if v is not None]
+        mean, sd = _mean_sd(numbers)
+        failed = [s for s, v in values.items() if not t.met_by(v)]
+        summary.targets.append({"metric": t.metric, "target": str(t), "values": values, "mean": mean, "sd": sd,
+                                "met": (not failed) if judged else None, "failed_seeds": failed if judged else []})
+    worst = max((r.status for _, r in runs), key=lambda st: _SEVERITY.get(st, 3), default="failed")
+    summary.status = worst
+    if summary.status == "passed" and any(t["met"] is False for t in summary.targets):
+        summary.status = "missed-target"
+    return summary
+
+
+def _fmt_mean_sd(item: dict) -> str:
+    if item.get("mean") is None:
+        return "-"
+    return f"{_fmt(item['mean'])} ± {_fmt(item['sd'])}"
+
+
+def format_seed_table(summaries: list[SeedSummary], *, markdown: bool = False) -> str:
+    """One row per lesson, then one row per metric: mean ± sd over the seeds, the value of each seed,
+    and for a target whether it held on every seed (and on which seeds it did not)."""
+    rows = [("lesson", "status", "seeds", "metric", "mean ± sd", "per seed", "target")]
+    for r in summaries:
+        first = (r.id, r.status, " ".join(str(s) for s in r.seeds))
+        lines, shown = [], set()
+        for t in r.targets:
+            shown.add(t["metric"])
+            if t["met"] is None:
+                mark = "n/a (smoke)"
+            elif t["met"]:
+                mark = "held on every seed"
+            else:
+                mark = "MISSED on seed " + ", ".join(str(s) for s in t["failed_seeds"])
+            lines.append((t["metric"], _fmt_mean_sd(t), " / ".join(_fmt(v) for v in t["values"].values()),
+                          f"{t['target']} {mark}"))
+        for name, m in r.metrics.items():
+            if name not in shown:
+                lines.append((name, _fmt_mean_sd(m), " / ".join(_fmt(v) for v in m["values"].values()), ""))
+        for i, line in enumerate(lines or [("-", "-", "-", "")]):
+            rows.append((first if i == 0 else ("", "", "")) + line)
+    errors = [f"{r.id} (seed {run['seed']}): {run['error'].strip()}" for r in summaries for run in r.runs if run["error"]]
+    if markdown:
+        out = ["| " + " | ".join(rows[0]) + " |", "|" + "---|" * len(rows[0])]
+        out += ["| " + " | ".join(c.replace("|", "\\|") for c in row) + " |" for row in rows[1:]]
+        if errors:
+            out += ["", "Errors:", ""] + [f"- {e.splitlines()[0][:500]}" for e in errors]
+        return "\n".join(out)
+    caps = (18, 13, 8, 24, 19, 26, 36)
+    rows = [tuple(c if len(c) <= cap else c[:cap - 1] + "~" for c, cap in zip(row, caps)) for row in rows]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    if errors:
+        lines += ["", "errors:"] + [f"  {e}" for e in errors]
+    return "\n".join(lines)
+
+
+def run_lessons_seeds(lessons: list[Lesson], out: Path, *, seeds: list[int], profile: str = "auto",
+                      device: str = "auto", timeout: int | None = None) -> list[SeedSummary]:
+    """Run each lesson once per seed (papermill's ``SEED``), the executed notebooks in ``out/seed-N/``;
+    write ``report.json`` and ``report.md`` with, per metric, the mean ± sd over the seeds and, per
+    target, whether it held on every seed. Returns one :class:`SeedSummary` per lesson."""
+    import torch
+
+    out = Path(out).expanduser().resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    progress = sys.stderr.isatty()
+    summaries = []
+    t0 = time.perf_counter()
+    n = len(lessons) * len(seeds)
+    k = 0
+    for lesson in lessons:
+        runs = []
+        for seed in seeds:
+            k += 1
+            print(f"[{k}/{n}] {lesson.id} seed {seed}: running (profile={profile}, device={device}) ...", flush=True)
+            res = run_lesson(lesson, out / f"seed-{seed}", profile=profile, device=device, seed=seed, timeout=timeout,
+                             progress=progress)
+            print(f"[{k}/{n}] {lesson.id} seed {seed}: {res.status} in {res.seconds:.1f} s"
+                  + (f" -- {res.error.splitlines()[0]}" if res.error else ""), flush=True)
+            runs.append((seed, res))
+        summaries.append(summarize_seeds(lesson, runs))
+    report = {
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "seeds": list(seeds),
+        "total_seconds": round(time.perf_counter() - t0, 1),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores",
+        "all_passed": all(s.status == "passed" for s in summaries),
+        "lessons": [asdict(s) for s in summaries],
+    }
+    (out / "report.json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    md = ["# Course run report, several seeds", "",
+          f"{report['created']} · seeds {' '.join(map(str, seeds))} · torch {report['torch']} · {report['cuda'] or 'CPU'} · "
+          f"{report['machine']} · total {report['total_seconds']} s", "",
+          "Per metric: mean ± sample standard deviation over the seeds, then each seed's value in seed order. "
+          "A target holds only if it held on every seed.", "",
+          format_seed_table(summaries, markdown=True), ""]
+    (out / "report.md").write_text("\n".join(md), encoding="utf-8")
+    print()
+    print(format_seed_table(summaries))
+    passed = sum(s.status == "passed" for s in summaries)
+    print(f"\n{passed}/{len(summaries)} lessons passed on every seed ({' '.join(map(str, seeds))}) in "
+          f"{report['total_seconds']} s. Executed notebooks and report: {out}/ (seed-N/, report.md, report.json)")
+    return summaries

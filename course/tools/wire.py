@@ -1,13 +1,16 @@
 """The grading wire: how the trusted judge and the sandboxed worker talk.
 
 One message is an 8-byte length and a payload, over a pipe (no network: the sandbox has none).
+Every read has a deadline that covers the whole message, not just its first byte.
 
 * judge -> worker: a pickled request. The judge is trusted, so the worker may unpickle it.
 * worker -> judge: **data only**, never pickle. A JSON header describes the value; tensors travel
   as raw bytes after it (dtype and shape in the header). Whatever the worker sends is the
   student's answer, to be checked, never code to run: the decoder builds only None, bools,
   numbers, strings, tuples, lists, dicts, dtypes, devices and tensors, and refers to every other
-  object by a handle number.
+  object by a handle number. Decoding is under strict caps (:class:`Caps`): header size, number of
+  values, string lengths, tensor bytes, nesting. A value over a cap is refused, never truncated into
+  something else.
 """
 
 from __future__ import annotations
@@ -15,12 +18,28 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import select
 import struct
+import time
+from dataclasses import dataclass
 
 import torch
 
-MAX_MESSAGE = 256 * 2**20          # bytes; a bigger answer is refused (and fails the test)
+MAX_MESSAGE = 64 * 2**20           # bytes; a bigger answer is refused (and fails the test)
 _LEN = struct.Struct("<Q")
+
+
+@dataclass(frozen=True)
+class Caps:
+    """What one answer from the worker may hold (the judge refuses anything more)."""
+    message: int = MAX_MESSAGE         # bytes of the whole answer, tensors included
+    header: int = 4 * 2**20            # bytes of its JSON header
+    values: int = 200_000              # values (numbers, strings, containers, tensors) in it
+    string: int = 100_000              # characters of one string
+    depth: int = 60                    # nesting
+
+
+CAPS = Caps()
 _DTYPES = {str(d).removeprefix("torch."): d for d in (
     torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.complex64, torch.complex128,
     torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8, torch.bool)}
@@ -28,6 +47,10 @@ _DTYPES = {str(d).removeprefix("torch."): d for d in (
 
 class WireError(Exception):
     """The other side broke the protocol (a malformed, oversized or truncated message)."""
+
+
+class WireTimeout(WireError):
+    """The whole message did not arrive before the deadline."""
 
 
 class Handle:
@@ -42,11 +65,19 @@ class Handle:
         return (Handle, (self.id,))
 
 
-def send(fd: int, payload: bytes) -> None:
+def send(fd: int, payload: bytes, deadline: float | None = None) -> None:
+    """One message. With ``deadline`` (the fd non-blocking), it must be taken by then."""
     data = _LEN.pack(len(payload)) + payload
     view = memoryview(data)
     while view:
-        n = os.write(fd, view)
+        if deadline is not None:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([], [fd], [], left)[1]:
+                raise WireTimeout("the other side did not read in time")
+        try:
+            n = os.write(fd, view)
+        except BlockingIOError:
+            continue
         view = view[n:]
 
 
@@ -61,11 +92,30 @@ def _read_exact(fd: int, n: int) -> bytes:
     return b"".join(chunks)
 
 
-def recv(fd: int, limit: int = MAX_MESSAGE) -> bytes:
-    (n,) = _LEN.unpack(_read_exact(fd, _LEN.size))
+def _read_into(fd: int, buf, deadline: float | None) -> None:
+    """Fill ``buf`` from ``fd``; with a deadline (time.monotonic()), every byte must be in by then."""
+    view, got = memoryview(buf), 0
+    while got < len(view):
+        if deadline is not None:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([fd], [], [], left)[0]:
+                raise WireTimeout("the answer did not arrive in time")
+        n = os.readv(fd, [view[got:got + (1 << 22)]])
+        if n == 0:
+            raise WireError("the other side closed the connection")
+        got += n
+
+
+def recv(fd: int, limit: int = MAX_MESSAGE, deadline: float | None = None) -> bytearray:
+    """One message. With ``deadline``, the whole of it (length and payload) must arrive by then."""
+    head = bytearray(_LEN.size)
+    _read_into(fd, head, deadline)
+    (n,) = _LEN.unpack(head)
     if n > limit:
         raise WireError(f"a message of {n} bytes is over the limit of {limit}")
-    return _read_exact(fd, n)
+    payload = bytearray(n)
+    _read_into(fd, payload, deadline)
+    return payload
 
 
 # -- judge -> worker: pickle (trusted direction) ----------------------------------------------------
@@ -124,75 +174,152 @@ def encode_data(value, handle_of) -> bytes:
         return {"$h": hid, "type": info}
 
     header = json.dumps({"v": enc(value), "sizes": [len(b) for b in buffers]}).encode()
+    header += b" " * (-(8 + len(header)) % 64)          # tensors start aligned (JSON ignores the spaces)
     return struct.pack("<Q", len(header)) + header + b"".join(buffers)
 
 
-def decode_data(data: bytes, make_handle):
-    """Decode a worker's answer; ``make_handle(id, type_info)`` builds the judge's stand-in."""
+_ITEMSIZE = {name: torch.empty((), dtype=d).element_size() for name, d in _DTYPES.items()}
+_KEYS = {"$t": {"$t", "dtype", "shape", "param", "rg"}, "$h": {"$h", "type"}}
+
+
+def decode_data(data, make_handle, caps: Caps = CAPS):
+    """Decode a worker's answer; ``make_handle(id, type_info)`` builds the judge's stand-in.
+
+    Only data is built: None, bools, numbers, strings, tuples, lists, dicts, dtypes, devices and
+    tensors, which the judge makes itself from raw bytes, a dtype and a shape. Anything over a cap
+    in :class:`Caps`, or not exactly in this form, raises :class:`WireError`."""
+    if len(data) > caps.message:
+        raise WireError(f"an answer of {len(data)} bytes is over the limit of {caps.message}")
     if len(data) < 8:
         raise WireError("truncated answer")
-    (hn,) = struct.unpack("<Q", data[:8])
-    if hn > len(data) - 8:
-        raise WireError("malformed answer header")
+    (hn,) = struct.unpack_from("<Q", data, 0)
+    if hn > len(data) - 8 or hn > caps.header:
+        raise WireError("malformed or oversized answer header")
     try:
-        header = json.loads(data[8:8 + hn])
-        sizes = [int(s) for s in header["sizes"]]
-    except (ValueError, KeyError, TypeError) as exc:
-        raise WireError(f"malformed answer header ({exc})") from None
+        header = json.loads(bytes(memoryview(data)[8:8 + hn]))
+        sizes = header["sizes"]
+        if not isinstance(header, dict) or not isinstance(sizes, list) or len(sizes) > caps.values or \
+                not all(type(s) is int for s in sizes):
+            raise TypeError("sizes")
+    except (ValueError, KeyError, TypeError, RecursionError) as exc:
+        raise WireError(f"malformed answer header ({type(exc).__name__})") from None
     offsets, pos = [], 8 + hn
     for s in sizes:
         if s < 0 or pos + s > len(data):
             raise WireError("answer shorter than its header says")
         offsets.append((pos, s))
         pos += s
+    if pos != len(data):
+        raise WireError("answer longer than its header says")
+    used: set[int] = set()
+    count = [0]
+    base = data if isinstance(data, bytearray) else bytearray(data)
+
+    def string(x):
+        if not isinstance(x, str) or len(x) > caps.string:
+            raise WireError("a string in the answer is too long or malformed")
+        return x
 
     def dec(v, depth=0):
-        if depth > 60:
+        count[0] += 1
+        if depth > caps.depth:
             raise WireError("answer nested too deeply")
-        if v is None or isinstance(v, (bool, int, float, str)):
+        if count[0] > caps.values:
+            raise WireError(f"an answer of more than {caps.values} values")
+        if v is None or isinstance(v, (bool, int, float)):
             return v
+        if isinstance(v, str):
+            return string(v)
         if not isinstance(v, dict) or len(v) == 0:
             raise WireError("malformed value")
         if "$t" in v:
-            dtype = _DTYPES.get(v.get("dtype"))
-            shape = [int(s) for s in v.get("shape", [])]
-            if dtype is None or any(s < 0 for s in shape):
+            if not set(v) <= _KEYS["$t"]:
                 raise WireError("malformed tensor")
-            start, size = offsets[int(v["$t"])]
+            dtype = _DTYPES.get(v.get("dtype")) if isinstance(v.get("dtype"), str) else None
+            shape = v.get("shape", [])
+            index = v["$t"]
+            if dtype is None or not isinstance(shape, list) or len(shape) > 32 or \
+                    not all(type(s) is int and 0 <= s < 2**40 for s in shape) or type(index) is not int or \
+                    not 0 <= index < len(offsets) or index in used:
+                raise WireError("malformed tensor")
+            used.add(index)
+            start, size = offsets[index]
             numel = 1
             for s in shape:
                 numel *= s
-            itemsize = torch.empty((), dtype=dtype).element_size()
-            if numel * itemsize != size:
+            if numel * _ITEMSIZE[v["dtype"]] != size:
                 raise WireError("tensor size does not match its shape")
             if numel == 0:
                 t = torch.empty(shape, dtype=dtype)
-            else:
-                t = torch.frombuffer(bytearray(data[start:start + size]), dtype=dtype).reshape(shape)
+            else:          # a view of the received buffer (no copy), unless it is not aligned
+                t = torch.frombuffer(base, dtype=dtype, count=numel, offset=start).reshape(shape)
+                if start % _ITEMSIZE[v["dtype"]]:
+                    t = t.clone()
             if v.get("param"):
                 return torch.nn.Parameter(t, requires_grad=bool(v.get("rg")) and t.is_floating_point())
             if v.get("rg") and t.is_floating_point():
                 t.requires_grad_(True)
             return t
-        if "$tuple" in v:
-            return tuple(dec(x, depth + 1) for x in v["$tuple"])
-        if "$list" in v:
-            return [dec(x, depth + 1) for x in v["$list"]]
-        if "$dict" in v:
-            return {dec(k, depth + 1): dec(x, depth + 1) for k, x in v["$dict"]}
-        if "$f" in v:
-            return float(v["$f"])
-        if "$bigint" in v:
-            return int(v["$bigint"])
-        if "$dtype" in v:
-            d = _DTYPES.get(v["$dtype"])
+        if len(v) != 1 and "$h" not in v:
+            raise WireError("malformed value")
+        (key,) = list(v)[:1]
+        x = v[key]
+        if key in ("$tuple", "$list"):
+            if not isinstance(x, list):
+                raise WireError("malformed value")
+            items = [dec(y, depth + 1) for y in x]
+            return tuple(items) if key == "$tuple" else items
+        if key == "$dict":
+            if not isinstance(x, list) or not all(isinstance(p, list) and len(p) == 2 for p in x):
+                raise WireError("malformed value")
+            out = {}
+            for k, y in x:
+                k = dec(k, depth + 1)
+                if not isinstance(k, (str, int, float, bool, type(None))):
+                    raise WireError("malformed dict key")
+                out[k] = dec(y, depth + 1)
+            return out
+        if key == "$f":
+            if x not in ("nan", "inf", "-inf"):
+                raise WireError("malformed float")
+            return float(x)
+        if key == "$bigint":
+            if not isinstance(x, str) or len(x) > 400:
+                raise WireError("malformed integer")
+            try:
+                return int(x)
+            except ValueError:
+                raise WireError("malformed integer") from None
+        if key == "$dtype":
+            d = _DTYPES.get(x) if isinstance(x, str) else None
             if d is None:
                 raise WireError("unknown dtype")
             return d
-        if "$device" in v:
-            return torch.device(str(v["$device"]))
-        if "$h" in v:
-            return make_handle(int(v["$h"]), v.get("type") or {})
+        if key == "$device":
+            if x not in ("cpu", "meta") and not (isinstance(x, str) and x.split(":")[0] in ("cuda", "mps")
+                                                  and len(x) < 12):
+                raise WireError("malformed device")
+            return torch.device(x)
+        if key == "$h":
+            if not set(v) <= _KEYS["$h"] or type(x) is not int or not 0 < x < 2**62:
+                raise WireError("malformed handle")
+            return make_handle(x, _handle_info(v.get("type"), string))
         raise WireError("malformed value")
 
-    return dec(header.get("v"))
+    try:
+        return dec(header.get("v"))
+    except RecursionError:
+        raise WireError("answer nested too deeply") from None
+
+
+def _handle_info(info, string) -> dict:
+    """The description of a worker-side object, checked: a short class chain and a few flags."""
+    if not isinstance(info, dict):
+        return {}
+    mro = info.get("mro", [])
+    if not isinstance(mro, list) or len(mro) > 20 or not all(
+            isinstance(m, list) and len(m) == 2 and all(isinstance(p, str) and len(p) <= 200 for p in m) for m in mro):
+        raise WireError("malformed object description")
+    name = info.get("name", "")
+    return {"mro": [list(m) for m in mro], "callable": info.get("callable") is True,
+            "is_class": info.get("is_class") is True, "name": string(name)[:100] if isinstance(name, str) else ""}

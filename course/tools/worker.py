@@ -65,6 +65,37 @@ class _Exit(BaseException):
     """The judge is done with this submission."""
 
 
+def _tensors(value, out=None, depth=0) -> list:
+    """The tensors in a call's arguments, in the order the judge walks them (lists, tuples, dicts)."""
+    import torch
+
+    out = [] if out is None else out
+    if isinstance(value, torch.Tensor):
+        out.append(value)
+    elif type(value) in (list, tuple) and depth < 50:
+        for v in value:
+            _tensors(v, out, depth + 1)
+    elif type(value) is dict and depth < 50:
+        for v in value.values():
+            _tensors(v, out, depth + 1)
+    return out
+
+
+def _raw(t):
+    import torch
+
+    t = t.detach()
+    return (t.dtype, tuple(t.shape), t.contiguous().reshape(-1).view(torch.uint8).clone() if t.numel() else None)
+
+
+def _same(before, t) -> bool:
+    import torch
+
+    dtype, shape, raw = before
+    now = _raw(t)
+    return now[0] == dtype and now[1] == shape and (raw is None or torch.equal(now[2], raw))
+
+
 class Worker:
     def __init__(self, rfd: int, wfd: int):
         from course.tools import wire
@@ -74,6 +105,7 @@ class Worker:
         self.ns: dict = {"__name__": "__main__", "__builtins__": __builtins__, "get_ipython": _NoIPython}
         self.objects: dict[int, object] = {}
         self.ids: dict[int, int] = {}
+        self.next_id = 0
         self.forbidden: list = []
         self.violations: list[str] = []
 
@@ -82,7 +114,8 @@ class Worker:
         key = id(obj)
         hid = self.ids.get(key)
         if hid is None or self.objects.get(hid) is not obj:
-            hid = len(self.objects) + 1
+            self.next_id += 1
+            hid = self.next_id
             self.objects[hid] = obj
             self.ids[key] = hid
         cls = obj if isinstance(obj, type) else type(obj)
@@ -109,8 +142,26 @@ class Worker:
         return {"ok": True, "value": value}
 
     # -- forbidden shortcuts ------------------------------------------------------------------
-    def forbid(self, names, why):
-        from course import checks
+    # The pieces the forbidden-call check runs on, as they were before any learner's code ran (the
+    # worker is imported first): a learner's code that replaces one of them is reported at unforbid.
+    @staticmethod
+    def _integrity():
+        from course import checks, forbidden
+
+        return {"course.forbidden.Guard.__enter__": forbidden.Guard.__dict__.get("__enter__"),
+                "course.forbidden.Guard.__exit__": forbidden.Guard.__dict__.get("__exit__"),
+                "course.forbidden.Guard.refuse": forbidden.Guard.__dict__.get("refuse"),
+                "course.forbidden._Kernels.__torch_dispatch__": forbidden._Kernels.__dict__.get("__torch_dispatch__"),
+                "course.forbidden._Functions.__torch_function__": forbidden._Functions.__dict__.get("__torch_function__"),
+                "course.checks._targets": checks.__dict__.get("_targets"),
+                "course.forbidden.Guard": forbidden.__dict__.get("Guard"),
+                "Worker.forbid": Worker.__dict__.get("forbid"), "Worker.unforbid": Worker.__dict__.get("unforbid")}
+
+    def forbid(self, names, why, limit=None):
+        """Block the forbidden names (attribute patches) and, below them, every call of those functions
+        and of their ATen kernels, and any tensor above ``limit`` elements (:class:`course.forbidden.Guard`),
+        until :meth:`unforbid`."""
+        from course import checks, forbidden
 
         saved = []
         for owner, attr in checks._targets(tuple(names)):
@@ -119,19 +170,32 @@ class Worker:
                 qual = f"{getattr(owner, '__name__', 'torch')}.{attr}"
 
                 def blocked(*a, _q=qual, **k):
-                    self.violations.append(_q)
+                    self.violations.append(f"your code called {_q}: this exercise asks you to {why}.")
                     raise AssertionError(f"{_q} was called: this exercise asks you to {why}.")
                 setattr(owner, attr, blocked)
                 saved.append((owner, attr, original))
             except (AttributeError, TypeError):
                 continue
-        self.forbidden.append(saved)
+        original = _PRISTINE or {}
+        cls = original.get("course.forbidden.Guard") or forbidden.Guard
+        guard = cls(names, why, None if limit is None else int(limit))
+        (original.get("course.forbidden.Guard.__enter__") or cls.__enter__)(guard)
+        self.forbidden.append((saved, guard))
 
     def unforbid(self):
-        for owner, attr, original in reversed(self.forbidden.pop() if self.forbidden else []):
+        """End the innermost :meth:`forbid`; returns what was violated meanwhile (sentences)."""
+        saved, guard = self.forbidden.pop() if self.forbidden else ([], None)
+        pristine = _PRISTINE or {}
+        if guard is not None:
+            (pristine.get("course.forbidden.Guard.__exit__") or type(guard).__exit__)(guard, None, None, None)
+        for owner, attr, original in reversed(saved):
             setattr(owner, attr, original)
-        found, self.violations = self.violations, []
-        return found
+        changed = [k for k, v in self._integrity().items() if pristine and pristine.get(k) is not v]
+        tampered = [f"your code replaced {', '.join(changed[:3])}, part of the check of forbidden calls: a notebook "
+                    "that switches the check off fails the tests that use it."] if changed else []
+        found = tampered + self.violations + (guard.violations if guard is not None else [])
+        self.violations = []
+        return list(dict.fromkeys(found))[:20]
 
     # -- requests -----------------------------------------------------------------------------
     def run_cell(self, source: str, index: int):
@@ -162,7 +226,7 @@ class Worker:
                 return {"ok": True, "missing": True}
             return self.answer(self.ns[name])
         if op == "forbid":
-            self.forbid(req["names"], req["why"])
+            self.forbid(req["names"], req["why"], req.get("limit"))
             return {"ok": True, "value": None}
         if op == "unforbid":
             return {"ok": True, "value": self.unforbid()}
@@ -177,7 +241,17 @@ class Worker:
                 setattr(obj, req["name"], self.resolve(req["value"]))
                 return {"ok": True, "value": None}
             if op == "call":
-                return self.answer(obj(*self.resolve(req["args"]), **self.resolve(req["kwargs"])))
+                # Tensors the judge passed are copies: any the call changed in place travel back, so
+                # the test sees the change as it would in the notebook.
+                args, kwargs = self.resolve(req["args"]), self.resolve(req["kwargs"])
+                tensors = _tensors((args, kwargs))
+                before = [(t._version, _raw(t)) for t in tensors]
+                reply = self.answer(obj(*args, **kwargs))
+                changed = [[i, t.detach()] for i, (t, (version, raw)) in enumerate(zip(tensors, before))
+                           if t._version != version or not _same(raw, t)]
+                if changed:
+                    reply["mutated"] = changed
+                return reply
             if op == "getitem":
                 return self.answer(obj[self.resolve(req["key"])])
             if op == "setitem":
@@ -195,14 +269,50 @@ class Worker:
                 return {"ok": True, "value": repr(obj)[:2000]}
         raise ValueError(f"unknown request {op!r}")
 
+    def test_begin(self) -> bool:
+        """Fork: the child serves this test cell's requests, then exits; the parent waits, so nothing the
+        test sent survives into later cells. Returns True in the child."""
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            os.close(r)
+            self.test_fd = w
+            self.next_id += 1 << 40         # the test's handles never name an object of the parent
+            return True
+        os.close(w)
+        try:
+            ok = os.read(r, 1) == b"1"  # written by the child as it ends (its exit runs on, not waited for)
+        except OSError:
+            ok = False
+        os.close(r)
+        if not ok:                      # the test's process died: the worker goes with it (the judge sees that)
+            os._exit(1)
+        try:
+            while os.waitpid(-1, os.WNOHANG)[0]:     # reap the ended test processes
+                pass
+        except ChildProcessError:
+            pass
+        return False
+
     def serve(self):
         wire = self.wire
+        self.test_fd = None
         self.send({"ok": True, "value": "ready"})
         while True:
             try:
                 req = wire.decode_request(wire.recv(self.rfd))
             except wire.WireError:
                 return
+            if isinstance(req, dict) and req.get("op") == "test-begin":
+                if self.test_fd is not None or self.test_begin():
+                    self.send({"ok": True, "value": "forked"})
+                continue                # (the parent says nothing: the child answered)
+            if isinstance(req, dict) and req.get("op") == "test-end":
+                self.send({"ok": True, "value": "ended"})
+                if self.test_fd is not None:
+                    os.write(self.test_fd, b"1")
+                    os._exit(0)
+                continue
             try:
                 reply = self.handle(req)
             except _Exit:
@@ -225,14 +335,19 @@ class Worker:
         wire.send(self.wfd, payload)
 
 
-SCRATCH = ("/sandbox/work", "/tmp", "/sandbox/home")
+_PRISTINE: dict = {}       # Worker._integrity() taken at start, before any learner's code ran
+
+SCRATCH = ("/sandbox/work", "/sandbox/home", "/tmp")
+INBOX = "/sandbox/inbox"            # the lesson's data files, bound read-only; copied into work/ per submission
 
 
-def _sweep() -> None:
-    """Kill every other process of the sandbox and reap them (called by the zygote, PID 1)."""
+def _sweep(limit: float = 10.0) -> bool:
+    """Kill every other process of the sandbox and reap them all (called by the zygote, PID 1).
+    True when none is left."""
     import signal
 
-    for _ in range(50):
+    end = time.monotonic() + limit
+    while time.monotonic() < end:
         try:
             os.kill(-1, signal.SIGKILL)          # from PID 1: every process in the namespace but itself
         except ProcessLookupError:
@@ -241,92 +356,206 @@ def _sweep() -> None:
             while os.waitpid(-1, os.WNOHANG) != (0, 0):
                 pass
         except ChildProcessError:
-            return
-        time.sleep(0.01)
+            return True                          # no child left (orphans are ours too: we are PID 1)
+        time.sleep(0.005)
+    return False
 
 
-def _wipe() -> None:
-    """Empty the scratch folders, whatever the last submission did to their permissions."""
-    import shutil
+def _empty(top: str, keep: frozenset, deadline: float, removed: list) -> bool:
+    """Empty the folder ``top``; never raises, never recurses, never follows a link.
 
-    def force(func, path, _):
+    A folder inside is not walked: its entries are moved up into ``top`` (renamed, by file
+    descriptor), so a tree of any depth comes apart with two open descriptors and paths one name
+    long. Other mounts (the read-only folders bound under /tmp) and the names in ``keep`` stay.
+    True when ``top`` holds nothing else at the end."""
+    import stat
+
+    try:
+        tfd = os.open(top, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    except OSError:
+        return False
+    counter = 0
+    try:
+        dev = os.fstat(tfd).st_dev
         try:
-            os.chmod(os.path.dirname(path), 0o700)
-            os.chmod(path, 0o700)
-            func(path)
+            os.fchmod(tfd, 0o1777 if top == "/tmp" else 0o777)
         except OSError:
             pass
-
-    for top in SCRATCH:
-        if not os.path.isdir(top):
-            continue
-        os.chmod(top, 0o700)
-        for name in os.listdir(top):
-            path = os.path.join(top, name)
-            if os.path.isdir(path) and not os.path.islink(path):
-                shutil.rmtree(path, onerror=force)
-            else:
+        while time.monotonic() < deadline:
+            names = [n for n in os.listdir(tfd) if n not in keep]
+            if not names:
+                return True
+            progress = False
+            for name in names:
+                if time.monotonic() > deadline:
+                    return False
                 try:
-                    os.unlink(path)
+                    st = os.stat(name, dir_fd=tfd, follow_symlinks=False)
+                    if st.st_dev != dev:             # a mount point: not ours to remove
+                        continue
+                    if not stat.S_ISDIR(st.st_mode):
+                        os.unlink(name, dir_fd=tfd)
+                        removed[0] += 1
+                        progress = True
+                        continue
+                    os.chmod(name, 0o700, dir_fd=tfd)
+                    dfd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=tfd)
+                    try:
+                        for sub in os.listdir(dfd):
+                            counter += 1
+                            os.rename(sub, f".wipe-{os.getpid()}-{counter}", src_dir_fd=dfd, dst_dir_fd=tfd)
+                    finally:
+                        os.close(dfd)
+                    os.rmdir(name, dir_fd=tfd)
+                    removed[0] += 1
+                    progress = True
                 except OSError:
-                    pass
+                    continue
+            if not progress:
+                return False
+        return False
+    except BaseException:  # noqa: BLE001 - a clean-up that fails says so; the judge then restarts the sandbox
+        return False
+    finally:
+        os.close(tfd)
 
 
-def _zygote(rfd: int, wfd: int) -> None:
+def _wipe(keep: dict[str, frozenset], limit: float = 20.0) -> tuple[bool, int]:
+    """Empty the scratch folders (tmpfs mounts of this sandbox): (all empty?, entries removed)."""
+    deadline = time.monotonic() + limit
+    ok, removed = True, [0]
+    for top in SCRATCH:
+        if os.path.isdir(top):
+            ok = _empty(top, keep.get(top, frozenset()), deadline, removed) and ok
+    return ok, removed[0]
+
+
+def _copy_inbox(names) -> None:
+    import shutil
+
+    for name in names:
+        if isinstance(name, str) and name and "/" not in name and name not in (".", ".."):
+            try:
+                shutil.copyfile(os.path.join(INBOX, name), os.path.join("/sandbox/work", name))
+            except OSError:
+                pass
+
+
+def _ignore_signals() -> None:
+    import signal
+
+    for sig in signal.valid_signals():
+        if sig in (signal.SIGKILL, signal.SIGSTOP, signal.SIGCHLD):
+            continue
+        try:
+            signal.signal(sig, signal.SIG_IGN)
+        except (OSError, ValueError, RuntimeError):
+            pass
+
+
+def _default_signals() -> None:
+    import signal
+
+    for sig in signal.valid_signals():
+        if sig in (signal.SIGKILL, signal.SIGSTOP):
+            continue
+        try:
+            signal.signal(sig, signal.default_int_handler if sig == signal.SIGINT else signal.SIG_DFL)
+        except (OSError, ValueError, RuntimeError):
+            pass
+
+
+def _zygote(ctrl_fd: int, keep: dict[str, frozenset]) -> None:
     """Serve many submissions from one warm sandbox: fork a fresh worker for each.
 
-    Runs as PID 1 of the sandbox's namespace, so no submission can signal it, and non-dumpable, so
-    none can read or write its memory. Between two submissions every other process is killed and
-    the scratch folders are emptied; only then does it answer "ready" again.
+    Runs as PID 1 of the sandbox's namespace. Talks to the judge over its own control socket
+    (``ctrl_fd``), which each worker closes before any student code runs; the worker gets fresh
+    pipes for its requests and answers, passed by the judge for this submission only. So a worker
+    cannot speak for the zygote, and nothing a worker left in a pipe reaches the next one.
+    Non-dumpable (no process of the sandbox can read its memory or its descriptors) and deaf to
+    every signal it may ignore. Between two submissions it kills every other process, reaps them,
+    empties the scratch folders and only then says "clean" (or "dirty": the judge then starts a new
+    sandbox). Messages: judge -> zygote JSON (+ two descriptors with "fork"); zygote -> judge JSON.
     """
-    from course.tools import wire
+    import json
+    import select
+    import socket
 
     try:
         import ctypes
         import signal
 
         libc = ctypes.CDLL(None)
-        libc.prctl(4, 0, 0, 0, 0)                    # PR_SET_DUMPABLE = 0: nobody reads our memory
+        libc.prctl(4, 0, 0, 0, 0)                    # PR_SET_DUMPABLE = 0: nobody reads our memory or fds
         # Die with bubblewrap's process outside (the judge kills it): dropping to the sandbox user
         # cleared the parent-death signal bubblewrap had set, so set it again.
         libc.prctl(1, int(signal.SIGKILL), 0, 0, 0)  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):
         pass
-    ready = wire.encode_data({"ok": True, "value": "zygote-ready"}, lambda o: (0, {}))
-    wire.send(wfd, ready)
+    _ignore_signals()
+    ctrl = socket.socket(fileno=ctrl_fd)
+
+    def say(**msg):
+        try:
+            ctrl.send(json.dumps(msg).encode())
+        except OSError:
+            os._exit(0)
+
+    say(ev="ready", clean=_wipe(keep)[0])
     while True:
         try:
-            req = wire.decode_request(wire.recv(rfd))
-        except wire.WireError:
-            return
-        if req.get("op") != "fork":
-            return
+            data, fds, _, _ = socket.recv_fds(ctrl, 1 << 16, 2)
+        except OSError:
+            data, fds = b"", []
+        if not data:                                 # the judge is gone: as PID 1, our exit ends everything
+            _sweep(2)
+            os._exit(0)
+        try:
+            req = json.loads(data)
+        except ValueError:
+            os._exit(0)
+        if req.get("op") != "fork" or len(fds) != 2:
+            for fd in fds:
+                os.close(fd)
+            continue
+        _copy_inbox(req.get("files", []))
         pid = os.fork()
         if pid == 0:
             try:
+                ctrl.close()                         # before any student code: the worker never holds it
                 os.chdir("/sandbox/work")
-                Worker(rfd, wfd).serve()
+                _default_signals()
+                Worker(fds[0], fds[1]).serve()
             finally:
                 os._exit(0)
-        # Wait for the worker, but end everything the moment the judge goes away (its end of the pipe
-        # closes: it killed this sandbox, or died). As PID 1, our exit takes every process with it.
-        import select
-
-        watch = select.poll()
-        watch.register(rfd, 0)                       # POLLHUP / POLLERR are always reported
+        for fd in fds:
+            os.close(fd)
+        say(ev="started")
+        exited = False
         while True:
+            if not exited:
+                try:
+                    done, status = os.waitpid(pid, os.WNOHANG)
+                except ChildProcessError:
+                    done, status = pid, 0
+                if done == pid:
+                    exited = True
+                    say(ev="exited", status=status)
+            ready, _, _ = select.select([ctrl], [], [], 0.05 if not exited else None)
+            if not ready:
+                continue
             try:
-                done, _ = os.waitpid(pid, os.WNOHANG)
-            except ChildProcessError:
-                done = pid
-            if done == pid:
-                break
-            if any(ev & (select.POLLHUP | select.POLLERR | select.POLLNVAL) for _, ev in watch.poll(100)):
-                _sweep()
+                data = ctrl.recv(1 << 16)
+            except OSError:
+                data = b""
+            if not data:
+                _sweep(2)
                 os._exit(0)
-        _sweep()
-        _wipe()
-        wire.send(wfd, ready)
+            if json.loads(data).get("op") == "end":
+                break
+        swept = _sweep()
+        clean, removed = _wipe(keep) if swept else (False, 0)
+        say(ev="clean" if clean else "dirty", removed=removed)
 
 
 def _warm(lists: list[str]) -> None:
@@ -360,9 +589,17 @@ def main() -> None:
     torch.set_num_threads(1)
     import course  # noqa: F401
     from course import checks  # noqa: F401
+    _PRISTINE.update(Worker._integrity())
     _warm([a.split("=", 1)[1] for a in sys.argv if a.startswith("--warm=")])
-    if "--zygote" in sys.argv and os.getpid() == 1:
-        _zygote(rfd, wfd)
+    ctrl = [a.split("=", 1)[1] for a in sys.argv if a.startswith("--zygote=")]
+    if ctrl and os.getpid() == 1:
+        os.close(rfd)
+        os.close(wfd)
+        keep: dict[str, set] = {}
+        for arg in (a.split("=", 1)[1] for a in sys.argv if a.startswith("--keep=")):
+            top, _, name = arg.rpartition("/")
+            keep.setdefault(top, set()).add(name)
+        _zygote(int(ctrl[0]), {k: frozenset(v) for k, v in keep.items()})
     else:
         Worker(rfd, wfd).serve()
 

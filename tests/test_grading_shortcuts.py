@@ -1,0 +1,378 @@
+"""Answers handed out and forbidden shortcuts (the grading-trust issue, second round), graded in one batch.
+
+One `course grade` call grades, beside honest submissions and a wrong control per lesson:
+
+* lesson 05: a submission that imports the instructor's reference answers (and reads them from the
+  checkout), notebooks that are symbolic links to the solution or to another student's notebook, a
+  lesson folder that is a link, a hard link and a named pipe;
+* lesson 00: ``torch.softmax`` reached through an alias taken outside the function, through
+  ``torch.ops.aten._softmax``, and after switching the runtime check off;
+* lesson 12: an alias of ``F.scaled_dot_product_attention``, naive attention on tensors unwrapped with
+  ``as_subclass``, and naive attention after stripping the size guard;
+* honest alternatives (einsum, loops, logsumexp, query blocks) that must keep full marks.
+
+Proven: no attack scores more than its lesson's wrong control, each is reported (``suspicious`` or
+``invalid-notebook``), the honest ones keep full marks with status ``graded``, no feedback page shows
+the reference solution, and nothing of the checkout's instructor side is readable in the sandbox.
+The fast tests below check the pieces one by one (intake, the dispatch-level guard, the static reading,
+the sandbox's package).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+import torch
+
+from planting import build_submission, load_planted, results_by_key, write_submission
+
+COURSE = str(Path(sys.executable).parent / "course")
+ROOT = Path(__file__).resolve().parents[1]
+L00, L05, L12 = "00_softmax_lookup", "05_self_attention", "12_efficient_attention"
+
+WRONG_05 = '''
+def scaled_dot_product_attention(q, k, v, mask=None):
+    scores = q @ k.transpose(-2, -1)                     # wrong: no 1/sqrt(d_k)
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    weights = torch.nan_to_num(torch.softmax(scores, dim=-1))
+    return weights @ v, weights
+'''
+
+REFERENCES_05 = WRONG_05 + '''
+import os
+try:
+    from course.tools.references import refs_05
+    scaled_dot_product_attention = refs_05.reference_attention
+    print("IMPORTED", "THE", "REFERENCES")
+except Exception as exc:
+    print("no references:", type(exc).__name__)
+for _p in ["{repo}/course/tools/references/refs_05.py", "{repo}/solutions/05_self_attention/05_self_attention.ipynb",
+           "{repo}/course/tools/judge.py", "{repo}/tests/planting.py"]:
+    try:
+        print("R" + "EAD:", _p, open(_p).read()[:400])
+    except OSError as exc:
+        print("cannot read", _p, type(exc).__name__)
+try:
+    print("LI" + "STED:", sorted(os.listdir("{repo}")), sorted(os.listdir("{repo}/course/tools")))
+except OSError as exc:
+    print("cannot list", type(exc).__name__)
+'''
+
+WRONG_00 = '''
+def softmax(x, dim=-1):
+    e = x.exp()                                          # wrong: no max subtraction
+    return e / e.sum(dim=dim, keepdim=True)
+'''
+
+ATTACKS_00 = {
+    "alias": '''
+import torch
+_f = torch.softmax                                       # taken outside the function
+def softmax(x, dim=-1):
+    return _f(x, dim)
+''',
+    "aten": '''
+import torch
+def softmax(x, dim=-1):
+    return torch.ops.aten._softmax(x, dim, False)
+''',
+    "switch-off": '''
+import torch
+import course.checks as _c
+_c._targets = lambda names: []                           # the name-level blocking: nothing to block
+import course.forbidden as _fb
+_fb.Guard.__enter__ = lambda self: self                  # the dispatch-level guard: never installed
+_fb.Guard.__exit__ = lambda self, *a: False
+def softmax(x, dim=-1):
+    return getattr(torch, "soft" + "max")(x, dim)
+''',
+}
+
+WRONG_12 = None        # filled from the planted bank: the online softmax that forgets to rescale its sum
+
+ATTACKS_12 = {
+    "alias": '''
+import torch.nn.functional as F
+_sdpa = F.scaled_dot_product_attention
+def chunked_attention(q, k, v, chunk_size, causal=False):
+    return _sdpa(q, k, v, is_causal=causal)
+''',
+    "subclass": '''
+def chunked_attention(q, k, v, chunk_size, causal=False):
+    q, k, v = (t.as_subclass(torch.Tensor) for t in (q, k, v))      # no guard on a plain tensor
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    if causal:
+        scores = scores.masked_fill(torch.ones(scores.shape[-2:], dtype=torch.bool).triu(1), float("-inf"))
+    return torch.softmax(scores, dim=-1) @ v
+''',
+    "strip-guard": '''
+checks_12.Watched.__torch_function__ = classmethod(lambda cls, func, types, args=(), kwargs=None: func(*args, **(kwargs or {})))
+def chunked_attention(q, k, v, chunk_size, causal=False):
+    with torch._C._DisableTorchDispatch():                      # below any dispatch mode, too
+        scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+        if causal:
+            scores = scores.masked_fill(torch.ones(scores.shape[-2:], dtype=torch.bool).triu(1), float("-inf"))
+        return torch.softmax(scores, dim=-1) @ v
+''',
+}
+
+HONEST_00 = ("loop_and_logsumexp_style", "einsum_style", "softmax_loop_over_rows")
+HONEST_12 = ("query_blocks_einsum_style", "logsumexp_merge_style")
+
+
+def _solution_copy(tmp: Path) -> Path:
+    """The reference notebook, copied out of the checkout (a hard link needs the same file system)."""
+    path = tmp / "elsewhere" / f"{L05}.ipynb"
+    path.parent.mkdir(parents=True)
+    path.write_bytes((ROOT / "solutions" / L05 / f"{L05}.ipynb").read_bytes())
+    return path
+
+
+@pytest.mark.slow
+def test_answers_and_shortcuts_gain_nothing(tmp_path):
+    """One batch: every attack scores no more than its lesson's wrong control and is reported; honest
+    submissions in several styles keep full marks; no page shows what a link pointed to."""
+    subs, out = tmp_path / "submissions", tmp_path / "graded"
+    planted = load_planted(everything=True)
+    repo = str(ROOT)
+    honest_05 = write_submission(subs, "honest", L05, build_submission(L05))
+    write_submission(subs, "wrong", L05, build_submission(L05, {"scaled_dot_product_attention": WRONG_05}))
+    write_submission(subs, "references", L05, build_submission(
+        L05, {"scaled_dot_product_attention": REFERENCES_05.replace("{repo}", repo)}))
+    for student, target in (("link-solution", ROOT / "solutions" / L05 / f"{L05}.ipynb"), ("link-student", honest_05)):
+        (subs / student / L05).mkdir(parents=True)
+        (subs / student / L05 / f"{L05}.ipynb").symlink_to(target)
+    (subs / "link-folder").mkdir()
+    (subs / "link-folder" / L05).symlink_to(ROOT / "solutions" / L05, target_is_directory=True)
+    (subs / "hard-link" / L05).mkdir(parents=True)
+    os.link(_solution_copy(tmp_path), subs / "hard-link" / L05 / f"{L05}.ipynb")
+    (subs / "fifo" / L05).mkdir(parents=True)
+    os.mkfifo(subs / "fifo" / L05 / f"{L05}.ipynb")
+
+    write_submission(subs, "honest", L00, build_submission(L00))
+    write_submission(subs, "wrong", L00, build_submission(L00, {"softmax": WRONG_00}))
+    for name, code in ATTACKS_00.items():
+        write_submission(subs, f"attack-{name}", L00, build_submission(L00, {"softmax": code}))
+    for name in HONEST_00:
+        write_submission(subs, f"style-{name}", L00, build_submission(L00, planted[L00][name]["replace"]))
+
+    write_submission(subs, "honest", L12, build_submission(L12))
+    write_submission(subs, "wrong", L12, build_submission(L12, planted[L12]["no_rescale_of_sum"]["replace"]))
+    for name, code in ATTACKS_12.items():
+        write_submission(subs, f"attack-{name}", L12, build_submission(L12, {"chunked_attention": code}))
+    for name in HONEST_12:
+        write_submission(subs, f"style-{name}", L12, build_submission(L12, planted[L12][name]["replace"]))
+
+    proc = subprocess.run([COURSE, "grade", str(subs), "--out", str(out), "--timeout", "60", "--jobs", "2"],
+                          capture_output=True, text=True, timeout=1500)
+    results = results_by_key(out / "results.json")
+    said = "\n--- course grade said:\n" + proc.stdout[-4000:] + proc.stderr[-2000:]
+    problems = []
+
+    def r(student, lesson):
+        return results.get((student, lesson)) or {"score": -1, "max_score": 0, "status": "absent", "detail": "",
+                                                  "feedback": "", "cells": []}
+
+    for lesson in (L00, L05, L12):
+        for student in ["honest"] + [f"style-{n}" for n in (HONEST_00 if lesson == L00 else HONEST_12 if lesson == L12 else ())]:
+            got = r(student, lesson)
+            if not (got["status"] == "graded" and got["score"] == got["max_score"] > 0):
+                problems.append(f"{student}/{lesson}: {got['score']}/{got['max_score']} {got['status']} {got['detail']}")
+        wrong = r("wrong", lesson)
+        if not (wrong["status"] == "graded" and 0 < wrong["score"] < wrong["max_score"]):
+            problems.append(f"wrong/{lesson}: {wrong['score']}/{wrong['max_score']} {wrong['status']}")
+
+    attackers = {("references", L05): "suspicious"}
+    attackers |= {(s, L05): "invalid-notebook" for s in ("link-solution", "link-student", "link-folder", "hard-link", "fifo")}
+    attackers |= {(f"attack-{n}", L00): "suspicious" for n in ATTACKS_00}
+    attackers |= {(f"attack-{n}", L12): "suspicious" for n in ATTACKS_12}
+    for (student, lesson), status in attackers.items():
+        got, wrong = r(student, lesson), r("wrong", lesson)
+        if got["score"] > wrong["score"]:
+            problems.append(f"{student}/{lesson} scored {got['score']}, more than the wrong control's {wrong['score']}")
+        if got["status"] != status:
+            problems.append(f"{student}/{lesson}: status {got['status']}, not {status} ({got['detail'][:300]})")
+    for student in ("link-solution", "link-student", "link-folder"):
+        if "symbolic link" not in r(student, L05)["detail"]:
+            problems.append(f"{student}: the refusal does not say why: {r(student, L05)['detail']!r}")
+    if "hard link" not in r("hard-link", L05)["detail"] or "pipe" not in r("fifo", L05)["detail"]:
+        problems.append(f"hard link / FIFO refusals: {r('hard-link', L05)['detail']!r}, {r('fifo', L05)['detail']!r}")
+
+    # No page shows the reference solution (the refused ones have none at all), nor any instructor file.
+    for (student, lesson), got in results.items():
+        if student == "honest" or student.startswith("style-"):
+            continue
+        page = _text(got["feedback"])
+        if got["status"] == "invalid-notebook" and got["feedback"]:
+            problems.append(f"{student}/{lesson}: a refused submission has a feedback page")
+        shown = [line for line in _reference_lines() if line in page]
+        if shown:
+            problems.append(f"{student}/{lesson}: the feedback page shows the instructor's references: {shown[:2]}")
+    looked = _text(r("references", L05)["feedback"])
+    if "no references: ModuleNotFoundError" not in looked or "IMPORTED THE REFERENCES" in looked:
+        problems.append("the sandbox could import course.tools.references")
+    listed = looked.split("LISTED:", 1)[1][:400] if "LISTED:" in looked else ""
+    if "READ:" in looked or "def reference_attention" in looked or "solutions" in listed or "judge.py" in listed:
+        problems.append("the sandbox could read the checkout's instructor side:\n" + looked[looked.find("READ:"):][:600])
+    if looked.count("cannot read") < 4 or not listed:
+        problems.append("the references attack's file reads did not run")
+    for (student, lesson) in [(f"attack-{n}", L00) for n in ATTACKS_00] + [(f"attack-{n}", L12) for n in ATTACKS_12]:
+        detail = r(student, lesson)["detail"]
+        if "suspicious code" not in detail:
+            problems.append(f"{student}/{lesson}: no suspicious code reported ({detail[:200]})")
+    assert not problems, "\n".join(problems) + said
+
+
+def _text(feedback: str) -> str:
+    import html
+    import re
+
+    return html.unescape(re.sub(r"<[^>]+>", "", Path(feedback).read_text())) if feedback else ""
+
+
+def _reference_lines() -> set[str]:
+    """Code lines of the instructor's reference answers (course/tools/references)."""
+    shown = {ln.strip() for nb in (ROOT / "notebooks").glob("*/*.ipynb")
+             for c in nbformat.read(str(nb), as_version=4).cells for ln in c.source.splitlines()}
+    lines = set()
+    for path in (ROOT / "course" / "tools" / "references").glob("refs_*.py"):
+        lines |= {ln.strip() for ln in path.read_text().splitlines()
+                  if len(ln.strip()) > 30 and not ln.strip().startswith(("#", "import ", "from ", '"""'))}
+    return lines - shown
+
+
+# -- the pieces, fast ------------------------------------------------------------------------------
+
+def test_intake_refuses_links_and_special_files(tmp_path):
+    from course.tools.grading import _Refused, _find_notebook, _read_notebook
+
+    nb = build_submission(L00)
+    honest = write_submission(tmp_path / "subs", "honest", L00, nb)
+    found, note = _find_notebook(honest.parent, L00)
+    assert found == honest and note == "" and _read_notebook(found)[0] is not None
+    outside = tmp_path / "outside.ipynb"
+    nbformat.write(nb, str(outside))
+    cases = {}
+    for student in ("link", "hard", "fifo", "other-name-link", "folder-link"):
+        (tmp_path / "subs" / student).mkdir()
+    (tmp_path / "subs" / "link" / L00).mkdir()
+    (tmp_path / "subs" / "link" / L00 / f"{L00}.ipynb").symlink_to(honest)
+    cases["link"] = "symbolic link"
+    (tmp_path / "subs" / "hard" / L00).mkdir()
+    os.link(outside, tmp_path / "subs" / "hard" / L00 / f"{L00}.ipynb")
+    cases["hard"] = "hard link"
+    (tmp_path / "subs" / "fifo" / L00).mkdir()
+    os.mkfifo(tmp_path / "subs" / "fifo" / L00 / f"{L00}.ipynb")
+    cases["fifo"] = "named pipe"
+    (tmp_path / "subs" / "other-name-link" / L00).mkdir()
+    (tmp_path / "subs" / "other-name-link" / L00 / "mine.ipynb").symlink_to(outside)
+    cases["other-name-link"] = "symbolic link"
+    (tmp_path / "subs" / "folder-link" / L00).symlink_to(honest.parent, target_is_directory=True)
+    cases["folder-link"] = "symbolic link"
+    for student, why in cases.items():
+        found, note = _find_notebook(tmp_path / "subs" / student / L00, L00)
+        assert found is None and isinstance(note, _Refused) and why in note, (student, note)
+    # Opened without following a link, even when handed a path that became one.
+    assert _read_notebook(tmp_path / "subs" / "link" / L00 / f"{L00}.ipynb")[0] is None
+
+
+def _verdict(fn, *names, limit=None, args=None):
+    from course import checks
+
+    try:
+        with checks.forbid(fn, *names, why="do it yourself", limit=limit):
+            checks.call(fn, *(args or (torch.randn(3, 5),)))
+        return "passed"
+    except AssertionError as exc:
+        return str(exc)
+
+
+_alias = torch.softmax
+
+
+def test_guard_catches_forbidden_kernels_whatever_the_name():
+    """In the learner's own kernel (public tests, `course check`) as in the sandbox: an alias, torch.ops
+    and a computed name all fail; exp/sum, logsumexp, max and einsum pass."""
+    import torch.nn.functional as F
+
+    def alias(x):
+        return _alias(x, -1)
+
+    def aten(x):
+        return torch.ops.aten._softmax(x, -1, False)
+
+    def computed(x):
+        return getattr(torch, "soft" + "max")(x, -1)
+
+    def via_log(x):
+        return torch.exp(getattr(F, "log_" + "softmax")(x, -1))
+
+    def honest(x):
+        e = torch.exp(x - torch.max(x, dim=-1, keepdim=True).values)
+        return torch.einsum("ij,i->ij", e, 1 / e.sum(-1))
+
+    def lse(x):
+        return torch.exp(x - torch.logsumexp(x, dim=-1, keepdim=True))
+
+    for fn in (alias, aten, computed, via_log):
+        assert _verdict(fn, "softmax", "log_softmax") != "passed", fn.__name__
+    for fn in (honest, lse):
+        assert _verdict(fn, "softmax", "log_softmax") == "passed", fn.__name__
+
+
+def test_guard_measures_the_largest_tensor_below_subclasses():
+    from course import checks_12
+
+    def naive(q, k, v, chunk_size, causal=False):
+        q, k, v = (t.as_subclass(torch.Tensor) for t in (q, k, v))
+        return torch.softmax(q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5, dim=-1) @ v
+
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+
+    def fused(q, k, v, chunk_size, causal=False):
+        return sdpa(q, k, v, is_causal=causal)
+
+    q, k, v = checks_12.random_qkv(2, 256, 8, seed=0)
+    with pytest.raises(AssertionError, match="as large as the whole T_q x T_k"):
+        checks_12.run_chunked(naive, q, k, v, 32, limit=2 * 256 * 256 // 2)
+    with pytest.raises(AssertionError, match="scaled_dot_product_attention"):
+        checks_12.run_chunked(fused, q, k, v, 32)
+
+
+def test_static_reading_flags_reaching_around_the_checks():
+    from course import forbidden
+
+    source = nbformat.read(str(ROOT / "solutions" / L00 / f"{L00}.ipynb"), as_version=4)
+    for name, code in ATTACKS_00.items():
+        nb = build_submission(L00, {"softmax": code})
+        found = forbidden.tampering(nb, source) + forbidden.aliases(nb, forbidden.lesson_names(source), source)
+        assert found, name
+    for name in HONEST_00:
+        nb = build_submission(L00, load_planted(everything=True)[L00][name]["replace"])
+        assert not forbidden.tampering(nb, source) and not forbidden.aliases(nb, {"softmax", "log_softmax"}, source), name
+    assert {"softmax", "log_softmax"} <= forbidden.lesson_names(source)
+    source12 = nbformat.read(str(ROOT / "solutions" / L12 / f"{L12}.ipynb"), as_version=4)
+    assert "scaled_dot_product_attention" in forbidden.lesson_names(source12)
+    assert not forbidden.tampering(build_submission(L12), source12)      # the given cells use SDPA freely
+
+
+def test_sandbox_package_holds_only_what_learners_get():
+    from course.tools import sandbox
+
+    pkg = sandbox.learner_package()
+    files = {p.relative_to(pkg).as_posix() for p in pkg.rglob("*") if p.is_file()}
+    assert {"__init__.py", "checks.py", "forbidden.py", "tools/worker.py", "tools/wire.py"} <= files
+    leaked = [f for f in files if f.startswith("tools/references") or f in ("tools/judge.py", "tools/grading.py",
+                                                                            "tools/sandbox.py", "tools/dist.py")]
+    assert not leaked, leaked
+    binds = sandbox._read_only_paths()
+    import course
+    assert binds[-1] == (str(pkg), str(Path(course.__file__).resolve().parent))
+    assert not any(isinstance(b, str) and Path(course.__file__).resolve().parent.as_posix().startswith(b.rstrip("/") + "/")
+                   for b in binds)
