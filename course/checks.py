@@ -11,6 +11,7 @@ import ast
 import contextlib
 import inspect
 import math
+import re
 from typing import Callable, Iterable
 
 import torch
@@ -29,6 +30,7 @@ __all__ = [
     "set_params",
     "set_random_params",
     "check_parameters_used",
+    "check_independent_layers",
     "FORBIDDEN_HOOK",
 ]
 
@@ -308,6 +310,43 @@ def set_random_params(module, generator: torch.Generator, what: str = "your modu
               if v.is_floating_point() and k.endswith(ends)}
     check(values, f"{what} has no parameter whose name ends with {' or '.join(ends)}.")
     set_params(module, values, what)
+
+
+def check_independent_layers(module, stack: str, what: str, *, seed: int = 0) -> None:
+    """Each layer of the stack ``module.<stack>`` (an ``nn.ModuleList`` or ``nn.Sequential``) holds
+    parameters of its own.
+
+    ``[layer] * n`` puts ONE layer in n places: every comparison with an oracle that copies the weights
+    layer by layer still agrees, since the copies are all alike. The probe: give layer 0's floating-point
+    tensors new values (through :func:`set_params`); no other layer may change with them. The module's
+    own values are put back afterwards.
+    """
+    state = call(module.state_dict, what=f"{what}.state_dict")
+    pattern = re.compile(rf"^{re.escape(stack)}\.(\d+)\.(.+)$")
+    layers: dict[int, dict[str, str]] = {}
+    for key, value in state.items():
+        found = pattern.match(key)
+        if found and value.is_floating_point():
+            layers.setdefault(int(found.group(1)), {})[found.group(2)] = key
+    check(len(layers) >= 2, f"{what}.{stack} should hold several layers with parameters; its state_dict has "
+                            f"{len(layers)}.")
+    first = min(layers)
+    g = torch.Generator().manual_seed(seed)
+    values = {key: 3.0 + torch.randn(state[key].shape, generator=g) for key in layers[first].values()}
+    try:
+        set_params(module, values, what)
+        after = call(module.state_dict, what=f"{what}.state_dict")
+        for index in sorted(layers):
+            if index == first:
+                continue
+            moved = [rest for rest, key in layers[index].items()
+                     if rest in layers[first] and torch.equal(after[key], values[layers[first][rest]])]
+            check(not moved, f"{what}.{stack}.{index}.{moved[0] if moved else ''} changed when only {stack}.{first}'s "
+                             f"parameters were set: your layers share one set of parameters. Build each layer "
+                             f"separately (nn.ModuleList(Layer(...) for _ in range(n_layers))); [layer] * n_layers is "
+                             f"ONE layer used n_layers times.")
+    finally:
+        set_params(module, {key: state[key] for key in values}, what)
 
 
 def check_parameters_used(module, run: Callable, what: str, *, names: Iterable[str] | None = None,

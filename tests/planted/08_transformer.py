@@ -735,7 +735,28 @@ class DecoderBlock(nn.Module):
         return x
 '''
 
+
+# --------------------------------------------------------------------------------------------
+# one layer shared by the whole stack: derived from the reference solution by a one-line change
+# --------------------------------------------------------------------------------------------
+import sys as _sys
+from pathlib import Path as _Path
+
+_sys.path.insert(0, str(_Path(__file__).resolve().parents[1]))
+from planting import solution_sources as _solution_sources  # noqa: E402
+
+
+def _shared_stack(cell, old, new):
+    src = _solution_sources(LESSON)[cell]
+    assert src.count(old) == 1, f"{LESSON}: the reference {cell} changed; update the shared-stack variant"
+    return src.replace(old, new)
+
+TRANSFORMER_ONE_SHARED_ENCODER_LAYER__TRANSFORMER = _shared_stack('Transformer', '            for _ in range(n_layers)])\n        self.decoder_layers',
+    '            ] * n_layers)  # ONE layer in every place\n        self.decoder_layers')
+
+
 VARIANTS = {
+    'transformer_one_shared_encoder_layer': {"replace": {'Transformer': TRANSFORMER_ONE_SHARED_ENCODER_LAYER__TRANSFORMER}, "must_fail": ['test_transformer_structure']},
     "decoder_self_attention_not_causal": {"replace": {"DecoderBlock": DECODER_SELF_ATTENTION_NOT_CAUSAL__DECODERBLOCK}, "must_fail": ['test_decoder_block_causal', 'test_decoder_block_matches_torch_post_norm', 'test_decoder_block_matches_torch_pre_norm']},
     "cross_attention_q_and_kv_swapped": {"replace": {"DecoderBlock": CROSS_ATTENTION_Q_AND_KV_SWAPPED__DECODERBLOCK}, "must_fail": ['test_decoder_block_cross_attention', 'test_decoder_block_matches_torch_post_norm']},
     "cross_attention_ignores_source_padding": {"replace": {"DecoderBlock": CROSS_ATTENTION_IGNORES_SOURCE_PADDING__DECODERBLOCK}, "must_fail": ['test_decoder_block_source_padding']},
