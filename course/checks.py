@@ -11,6 +11,7 @@ import ast
 import contextlib
 import inspect
 import math
+import re
 from typing import Callable, Iterable
 
 import torch
@@ -27,7 +28,9 @@ __all__ = [
     "call",
     "forbid",
     "set_params",
+    "set_random_params",
     "check_parameters_used",
+    "check_independent_layers",
     "FORBIDDEN_HOOK",
 ]
 
@@ -293,9 +296,65 @@ def set_params(module, values: dict, what: str = "your module") -> None:
     module.load_state_dict({k: torch.as_tensor(v, dtype=state[k].dtype) for k, v in values.items()}, strict=False)
 
 
+def set_random_params(module, generator: torch.Generator, what: str = "your module", *,
+                      endswith: Iterable[str] = ("bias",), scale: float = 0.5) -> None:
+    """Give every floating-point entry of ``module.state_dict()`` whose name ends with one of ``endswith``
+    random values (``scale * N(0, 1)``, drawn from ``generator``), through :func:`set_params`.
+
+    Fresh biases are often zero (``nn.MultiheadAttention``, ``nn.LayerNorm``): a probe run on them cannot
+    tell ``f(0)`` from ``0``, so dropout in the wrong place, or a missing bias, goes unseen.
+    """
+    state = call(module.state_dict, what=f"{what}.state_dict")
+    ends = tuple(endswith)
+    values = {k: scale * torch.randn(v.shape, generator=generator) for k, v in state.items()
+              if v.is_floating_point() and k.endswith(ends)}
+    check(values, f"{what} has no parameter whose name ends with {' or '.join(ends)}.")
+    set_params(module, values, what)
+
+
+def check_independent_layers(module, stack: str, what: str, *, seed: int = 0) -> None:
+    """Each layer of the stack ``module.<stack>`` (an ``nn.ModuleList`` or ``nn.Sequential``) holds
+    parameters of its own.
+
+    ``[layer] * n`` puts ONE layer in n places: every comparison with an oracle that copies the weights
+    layer by layer still agrees, since the copies are all alike. The probe: give layer 0's floating-point
+    tensors new values (through :func:`set_params`); no other layer may change with them. The module's
+    own values are put back afterwards.
+    """
+    state = call(module.state_dict, what=f"{what}.state_dict")
+    pattern = re.compile(rf"^{re.escape(stack)}\.(\d+)\.(.+)$")
+    layers: dict[int, dict[str, str]] = {}
+    for key, value in state.items():
+        found = pattern.match(key)
+        if found and value.is_floating_point():
+            layers.setdefault(int(found.group(1)), {})[found.group(2)] = key
+    check(len(layers) >= 2, f"{what}.{stack} should hold several layers with parameters; its state_dict has "
+                            f"{len(layers)}.")
+    first = min(layers)
+    g = torch.Generator().manual_seed(seed)
+    values = {key: 3.0 + torch.randn(state[key].shape, generator=g) for key in layers[first].values()}
+    try:
+        set_params(module, values, what)
+        after = call(module.state_dict, what=f"{what}.state_dict")
+        for index in sorted(layers):
+            if index == first:
+                continue
+            moved = [rest for rest, key in layers[index].items()
+                     if rest in layers[first] and torch.equal(after[key], values[layers[first][rest]])]
+            check(not moved, f"{what}.{stack}.{index}.{moved[0] if moved else ''} changed when only {stack}.{first}'s "
+                             f"parameters were set: your layers share one set of parameters. Build each layer "
+                             f"separately (nn.ModuleList(Layer(...) for _ in range(n_layers))); [layer] * n_layers is "
+                             f"ONE layer used n_layers times.")
+    finally:
+        set_params(module, {key: state[key] for key in values}, what)
+
+
 def check_parameters_used(module, run: Callable, what: str, *, names: Iterable[str] | None = None,
                           scale: float = 0.5) -> None:
     """Every parameter of ``module`` (or those in ``names``) changes the output of ``run(module)``.
+
+    Pass ``names``: the parameters the exercise's contract names. A learner may add a harmless parameter
+    (a bias that a softmax cancels, an extra scale); the contract, not their design, says what must be used.
 
     The behavioural form of "every parameter gets a gradient": each parameter in turn is nudged by
     random noise and the output must move. It needs no autograd, so it holds under grading too.
@@ -311,7 +370,9 @@ def check_parameters_used(module, run: Callable, what: str, *, names: Iterable[s
             module.load_state_dict({k: nudged}, strict=False)
             moved = torch.as_tensor(run(module)).detach().double()
             module.load_state_dict({k: state[k]}, strict=False)
-            check(moved.shape == base.shape and not torch.allclose(moved, base, atol=1e-7, rtol=0),
+            # a margin above float32 rounding: a parameter the output ignores (a bias a softmax cancels)
+            # still moves it by ~1e-7, and must not count as used
+            check(moved.shape == base.shape and not torch.allclose(moved, base, atol=1e-5, rtol=1e-5),
                   f"changing {what}.{k} does not change the output: is it used in forward?")
     finally:
         module.load_state_dict(state, strict=False)

@@ -64,15 +64,24 @@ def expected_parameters(vocab_size, block_size, d_model, n_layers):
     return vocab_size * D + block_size * D + n_layers * (12 * D * D + 13 * D) + 2 * D
 
 
-def sample_frequencies(sample_next, logits, n, *, seed, **kwargs):
+def sample_frequencies(sample_next, logits, n, *, seed, rule="", **kwargs):
     """Frequencies of each token among ``n`` draws of the learner's ``sample_next`` per row of ``logits``.
 
     ``logits`` (R, V): every row is repeated ``n`` times (one batch of R * n rows, one call).
-    Returns a (R, V) tensor of frequencies.
+    Returns a (R, V) tensor of frequencies. With ``rule``, an error raised by ``sample_next`` becomes a
+    failure that names the rule the call checks.
     """
     R, V = logits.shape
     batch = logits.repeat_interleave(n, dim=0)                          # (R * n, V), row r first n times
-    out = checks.call(sample_next, batch, generator=torch.Generator().manual_seed(seed), **kwargs)
+    try:
+        out = checks.call(sample_next, batch, generator=torch.Generator().manual_seed(seed), **kwargs)
+    except AssertionError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - any error of the learner's code, named by the rule it breaks
+        if not rule:
+            raise
+        raise AssertionError(f"sample_next(logits of shape {(R * n, V)}, {kwargs}) raised {type(exc).__name__}: "
+                             f"{exc}. The rule: {rule}.") from None
     checks.check_shape(out, (R * n,), f"sample_next on logits of shape {(R * n, V)}")
     checks.check(out.dtype == torch.long, f"sample_next should return token ids as a LongTensor; yours is {out.dtype}.")
     checks.check(bool(((out >= 0) & (out < V)).all()), f"sample_next returned ids outside 0..{V - 1}.")

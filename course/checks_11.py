@@ -1,8 +1,10 @@
 """Helpers for lesson 11's test cells (the Vision Transformer), so that each locked cell reads as its one idea.
 
-Nothing here computes a graded answer. The oracles are PyTorch's and ``transformers``' own modules:
-``F.unfold`` (patches), ``nn.Conv2d`` with kernel = stride = p (the patch embedding), and
-``transformers.ViTModel`` / ``ViTForImageClassification`` holding a copy of the learner's weights
+Nothing here computes a graded answer (``course dist``'s audit checks that every shipped function
+differs from the graded ones). The visible tests write their small oracles out themselves (a strided
+``F.conv2d`` for the patch embedding); the hidden tests' oracles (``F.unfold`` patches, the convolution)
+live on the instructor's side, in ``course/tools/references/refs_11.py``; the whole model is compared
+with ``transformers.ViTModel`` / ``ViTForImageClassification`` holding a copy of the learner's weights
 (:mod:`course.oracles.vit`). The learner's modules are only called, read through ``state_dict()``, or
 given parameters with :func:`course.checks.set_params`, so every helper works the same in the
 learner's kernel and under the grader's judge.
@@ -11,33 +13,11 @@ learner's kernel and under the grader's judge.
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
-from torch import nn
 
 from course import checks
 from course.oracles.vit import to_hf_vit
 
-__all__ = ["unfold_patches", "conv_embedding", "make_vit", "vit_config", "transformers_outputs", "check_vit_matches"]
-
-
-def unfold_patches(images: torch.Tensor, p: int) -> torch.Tensor:
-    """PyTorch's ``F.unfold`` with kernel = stride = p, as ``(B, N, C*p*p)``: patches row by row, each (C, p, p)."""
-    return F.unfold(images, kernel_size=p, stride=p).transpose(1, 2)          # (B, C*p*p, N) -> (B, N, C*p*p)
-
-
-def conv_embedding(weight: torch.Tensor, bias: torch.Tensor, images: torch.Tensor, p: int) -> torch.Tensor:
-    """``nn.Conv2d(C, D, kernel_size=p, stride=p)`` holding the linear layer's weights, output as ``(B, N, D)``.
-
-    ``weight`` is the linear layer's ``(D, C*p*p)`` matrix, read as the conv kernel ``(D, C, p, p)``.
-    """
-    D = weight.shape[0]
-    C = images.shape[1]
-    conv = nn.Conv2d(C, D, kernel_size=p, stride=p)
-    with torch.no_grad():
-        conv.weight.copy_(weight.reshape(D, C, p, p))
-        conv.bias.copy_(bias)
-        out = conv(images)                                                     # (B, D, H/p, W/p)
-    return out.flatten(2).transpose(1, 2)                                      # (B, N, D), patches row by row
+__all__ = ["make_vit", "vit_config", "transformers_outputs", "check_vit_matches"]
 
 
 def vit_config(image_size=8, patch_size=2, in_channels=1, n_classes=10, d_model=32, n_layers=2, n_heads=4, d_ff=64,

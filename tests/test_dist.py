@@ -46,5 +46,12 @@ def test_audit_catches_a_leak(tmp_path):
     lesson = "05_self_attention"
     shutil.copy2(ROOT / "solutions" / lesson / f"{lesson}.ipynb", dest / "notebooks" / lesson / "copy.ipynb")
     (dest / "course" / "helpers_leak.py").write_text("def scaled_dot_product_attention(q, k, v, mask=None):\n    pass\n")
+    # a helper that computes a graded answer under another name (what checks_11 once shipped as unfold_patches)
+    (dest / "course" / "helpers_twin.py").write_text(
+        "import torch.nn.functional as F\n\n\ndef cut_into_squares(images, p):\n"
+        "    return F.unfold(images, kernel_size=p, stride=p).transpose(1, 2)\n\n\n"
+        "def cut_wrongly(images, p):\n    return F.unfold(images, kernel_size=p, stride=p)\n")
     problems = audit(dest)
     assert any("copy.ipynb" in p for p in problems) and any("helpers_leak.py" in p for p in problems), problems
+    twins = [p for p in problems if "helpers_twin.py" in p]
+    assert len(twins) == 1 and "cut_into_squares" in twins[0] and "patchify" in twins[0], problems

@@ -10,8 +10,12 @@ and ``course dist`` refuses to finish if the check fails.
 from __future__ import annotations
 
 import ast
+import json
+import os
 import re
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 from course.tools.lessons import all_lessons, root
@@ -159,6 +163,140 @@ def _answers(base: Path) -> tuple[set[str], set[str], set[str]]:
     return names, solution_lines, hidden_lines
 
 
+# Run in a child process by audit(): executing lessons and shipped helpers must not touch the caller's state.
+_TWIN_PROBE = r"""
+import contextlib, copy, importlib.util, inspect, io, json, os, sys, textwrap
+from pathlib import Path
+import nbformat, torch
+dest, lessons = Path(sys.argv[1]), json.loads(sys.argv[2])
+
+class _Stop(Exception):
+    pass
+
+def same(a, b):
+    if isinstance(b, torch.Tensor):
+        return isinstance(a, torch.Tensor) and a.shape == b.shape and a.dtype == b.dtype and bool(
+            torch.allclose(a.double(), b.double(), atol=1e-5, rtol=1e-5, equal_nan=True))
+    if isinstance(b, (tuple, list)):
+        return isinstance(a, (tuple, list)) and len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+    if isinstance(b, (int, float, str, bool)):
+        return type(a) is type(b) and a == b
+    return False
+
+import ast as _ast
+calls = []                                      # (lesson, graded name, args, kwargs, answer)
+forbidden = {}                                  # graded name -> names its tests forbid it to call
+for lesson, path in lessons:
+    nb = nbformat.read(path, as_version=4)
+    ns = {"__name__": "__main__"}
+    os.chdir(Path(path).parent)
+    graded, ready = [], False
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+        for cell in nb.cells:
+            meta = cell.metadata.get("nbgrader", {})
+            if cell.cell_type != "code" or "experiment" in cell.metadata.get("tags", []):
+                continue
+            src = cell.source.replace("### BEGIN SOLUTION", "").replace("### END SOLUTION", "")
+            if "parameters" in cell.metadata.get("tags", []):
+                exec("PROFILE = 'smoke'; DEVICE = 'cpu'; SEED = 0", ns)
+                continue
+            if meta.get("solution"):
+                try:
+                    exec(src, ns)
+                except Exception:
+                    continue
+                for node in _ast.parse(src).body:
+                    if isinstance(node, _ast.FunctionDef):
+                        graded.append(node.name)
+                continue
+            if not meta.get("grade"):
+                if not ready:                        # the import / set-up cell
+                    try:
+                        exec(src, ns)
+                        ready = True
+                    except Exception:
+                        pass
+                continue
+            visible = src.split("### BEGIN HIDDEN TESTS")[0]
+            try:                                      # names the cell forbids: checks.forbid(graded, "name", ...)
+                for node in _ast.walk(_ast.parse(src)):
+                    if (isinstance(node, _ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", "")) == "forbid"
+                            and node.args and isinstance(node.args[0], _ast.Name)):
+                        forbidden.setdefault(node.args[0].id, set()).update(
+                            a.value for a in node.args[1:] if isinstance(a, _ast.Constant) and isinstance(a.value, str))
+            except SyntaxError:
+                pass
+            for name in [n for n in graded if n in visible and callable(ns.get(n))]:
+                real = ns[name]
+                def record(*args, _real=real, _name=name, **kwargs):
+                    before = (copy.deepcopy(args), copy.deepcopy(kwargs))
+                    calls.append((lesson, _name, before[0], before[1], _real(*args, **kwargs)))
+                    raise _Stop
+                ns[name] = record
+                try:
+                    exec(visible, ns)
+                except BaseException:
+                    pass
+                ns[name] = real
+
+twins = []
+for f in sorted((dest / "course").rglob("*.py")):
+    rel = f.relative_to(dest).as_posix()
+    if rel.startswith("course/tools/"):
+        continue                                 # the learner's commands: they start kernels and servers
+    spec = importlib.util.spec_from_file_location("_shipped_" + rel.replace("/", "_")[:-3], f)
+    try:
+        mod = importlib.util.module_from_spec(spec)
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            spec.loader.exec_module(mod)
+    except Exception:
+        continue
+    for fname, fn in list(vars(mod).items()):
+        if fname.startswith("_") or not inspect.isfunction(fn) or fn.__module__ != mod.__name__:
+            continue
+        for lesson, name, args, kwargs, answer in calls:
+            try:
+                inspect.signature(fn).bind(*args, **kwargs)
+            except (TypeError, ValueError):
+                continue
+            try:
+                with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+                    got = fn(*copy.deepcopy(args), **copy.deepcopy(kwargs))
+            except BaseException:
+                continue
+            if fname in forbidden.get(name, ()):
+                continue                         # the exercise forbids calling it, and its test checks that
+            if same(got, answer):
+                twins.append(f"{rel} ships {fname}(), which returns what lesson {lesson}'s graded {name}() returns "
+                             f"on its test's inputs: a learner could call it instead of writing {name}")
+                break
+print(json.dumps({"twins": twins, "calls": len(calls)}))
+"""
+
+
+def _answer_twins(dest: Path, base: Path) -> list[str]:
+    """Shipped public functions that compute a graded function's answer (run in a child process).
+
+    Each lesson's reference solution runs (import cell, solution cells); each visible test cell then runs
+    until it first calls a graded function, which records the call: the graded API's own arguments and the
+    reference's answer. Every public function of a shipped module under ``course/`` (outside ``course/tools``)
+    that accepts those arguments is called with them; one that returns the answer is a twin of the exercise,
+    unless the exercise's tests forbid the graded function to call it (``checks.forbid(graded, "name", ...)``).
+    """
+    lessons = [[lesson.id, str(lesson.solution)] for lesson in all_lessons(base)]
+    env = {**os.environ, "MPLBACKEND": "Agg", "PYTHONWARNINGS": "ignore"}
+    proc = subprocess.run([sys.executable, "-c", _TWIN_PROBE, str(Path(dest).resolve()), json.dumps(lessons)],
+                          capture_output=True, text=True, timeout=600, env=env, cwd=str(base))
+    try:
+        report = json.loads(proc.stdout.strip().splitlines()[-1])
+    except (IndexError, ValueError):
+        return [f"the audit could not probe the shipped helpers: {(proc.stderr or proc.stdout)[-300:]}"]
+    if not report["calls"]:
+        return ["the audit recorded no call of a graded function: it cannot check the shipped helpers"]
+    return report["twins"]
+
+
 def audit(dest: Path, base: Path | None = None) -> list[str]:
     """What in ``dest`` should not be there: solutions, hidden tests, graded answers, planted bugs."""
     base = base or root()
@@ -193,4 +331,5 @@ def audit(dest: Path, base: Path | None = None) -> list[str]:
             clash = sorted(defined & names)
             if clash:
                 problems.append(f"{rel} defines {', '.join(clash)}, which learners must write themselves")
+    problems += _answer_twins(dest, base)       # under another name: a helper that returns a graded answer
     return problems

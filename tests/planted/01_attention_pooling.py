@@ -133,6 +133,23 @@ return torch.einsum("bt,btd->bd", weights, x), weights
         "must_fail": ["test_tweet_classifier"],
     },
     # ------------------------------------------------------------------ correct alternative styles
+    "extra_score_bias_style": {
+        # A learned bias added to every score before the softmax: the softmax cancels it, so it is
+        # harmless (the exercise asks that the query be used, not that every parameter be).
+        "replace": {"AttentionPooling": '''class AttentionPooling(nn.Module):
+    def __init__(self, d_model):
+        super().__init__()
+        self.query = nn.Parameter(torch.randn(d_model) / d_model ** 0.5)
+        self.score_bias = nn.Parameter(torch.zeros(1))
+
+    def forward(self, x, mask):
+        scores = x @ self.query + self.score_bias
+        scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
+        weights = torch.softmax(scores, dim=-1).masked_fill(~mask, 0.0)
+        return torch.einsum("bt,btd->bd", weights, x), weights
+'''},
+        "must_fail": [],
+    },
     "loop_style": {
         # One tweet at a time, selecting the real tokens: slow but correct.
         "replace": {

@@ -380,6 +380,11 @@ VARIANTS = {
         "replace": {"causal_mask": CAUSAL_SEES_NEXT},
         "must_fail": ["test_causal_mask", "test_self_attention_causal_no_leak"],
     },
+    # course.masks.causal is the later lessons' copy of the answer: the exercise forbids calling it
+    "causal_mask_calls_course_masks": {
+        "replace": {"causal_mask": "def causal_mask(T):\n    return masks.causal(T)\n"},
+        "must_fail": ["test_causal_mask"],
+    },
     "padding_mask_off_by_one": {
         "replace": {"padding_mask": PADDING_OFF_BY_ONE},
         "must_fail": ["test_padding_mask"],

@@ -282,6 +282,15 @@ BLOCK_NO_SUBLAYER_DROPOUT = BLOCK_INIT.format(mask_code=CONTRACT_MASK.format(fli
 BLOCK_DROPOUT_ALWAYS_ON = BLOCK_INIT.format(mask_code=CONTRACT_MASK.format(flip="~"), body=CORRECT_BODY).replace(
     "ff = lambda h: self.dropout2(self.ff(h))", "ff = lambda h: F.dropout(self.ff(h), self.dropout2.p)")  # also in eval mode
 
+BLOCK_DROPOUT_BEFORE_NORM = BLOCK_INIT.format(mask_code=CONTRACT_MASK.format(flip="~"), body='''\
+        if self.norm_first:
+            h = self.norm1(self.dropout1(x))                   # dropout before the norm, on the attention's input
+            x = x + self.self_attn(h, h, h, attn_mask=attn_mask, need_weights=False)[0]
+            x = x + ff(self.norm2(x))
+        else:
+            x = self.norm1(self.dropout1(x + self.self_attn(x, x, x, attn_mask=attn_mask, need_weights=False)[0]))
+            x = self.norm2(x + ff(x))''')
+
 BLOCK_DELEGATES_TO_TORCH = '''
 class EncoderBlock(nn.Module):
     def __init__(self, d_model, n_heads, d_ff, dropout=0.0, norm_first=False):
@@ -351,6 +360,8 @@ VARIANTS = {
                                        "must_fail": ["test_encoder_block_masks"]},
     "block_no_dropout_on_sublayer_outputs": {"replace": {"EncoderBlock": BLOCK_NO_SUBLAYER_DROPOUT},
                                              "must_fail": ["test_encoder_block_dropout"]},
+    "block_dropout_before_norm": {"replace": {"EncoderBlock": BLOCK_DROPOUT_BEFORE_NORM},
+                                  "must_fail": ["test_encoder_block_dropout"]},
     "block_dropout_in_eval_mode": {"replace": {"EncoderBlock": BLOCK_DROPOUT_ALWAYS_ON},
                                    "must_fail": ["test_encoder_block_dropout"]},
     "block_delegates_to_torch_layer": {"replace": {"EncoderBlock": BLOCK_DELEGATES_TO_TORCH},

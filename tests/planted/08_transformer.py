@@ -583,7 +583,180 @@ def translation_loss(model, src, tgt, pad_id=0):
     return -(picked * real).sum() / real.sum()
 '''
 
+# Other beam bookkeepings (valid searches, not the one section 5 asks for; they can return better-scoring
+# sentences, and the tests name the rule they break).
+BEAM_KEEPS_K_LIVE__BEAM_SEARCH = '''
+@torch.no_grad()
+def beam_search(model, src, beam_size, max_len, bos_id, eos_id, length_penalty=0.6):
+    src = src.reshape(1, -1)
+    mask = src != model.pad_id
+    memory = model.encode(src, mask)
+    lp = lambda n: ((5 + n) / 6) ** length_penalty
+    live, finished = [([], 0.0)], []
+    for step in range(1, max_len + 1):
+        cands = []
+        for tokens, logp in live:
+            logits = model.decode(torch.tensor([[bos_id] + tokens]), memory, mask)[0, -1]
+            for tok, l in enumerate(torch.log_softmax(logits, -1).tolist()):
+                cands.append((tokens + [tok], logp + l))
+        cands.sort(key=lambda c: -c[1])
+        live = []
+        for tokens, logp in cands:                      # k LIVE hypotheses: finished ones do not take a place
+            if tokens[-1] == eos_id or step == max_len:
+                finished.append((tokens, logp / lp(len(tokens))))
+            else:
+                live.append((tokens, logp))
+            if len(live) == beam_size:
+                break
+        if not live:
+            break
+    return sorted(finished, key=lambda h: -h[1])[:beam_size]
+'''
+
+BEAM_HUGGING_FACE_STOPS_AT_K_FINISHED__BEAM_SEARCH = '''
+@torch.no_grad()
+def beam_search(model, src, beam_size, max_len, bos_id, eos_id, length_penalty=0.6):
+    src = src.reshape(1, -1)
+    mask = src != model.pad_id
+    memory = model.encode(src, mask)
+    lp = lambda n: ((5 + n) / 6) ** length_penalty
+    live, finished = [([], 0.0)], []
+    for step in range(1, max_len + 1):
+        cands = []
+        for tokens, logp in live:
+            logits = model.decode(torch.tensor([[bos_id] + tokens]), memory, mask)[0, -1]
+            for tok, l in enumerate(torch.log_softmax(logits, -1).tolist()):
+                cands.append((tokens + [tok], logp + l))
+        cands.sort(key=lambda c: -c[1])
+        live = []
+        for tokens, logp in cands[:2 * beam_size]:      # Hugging Face: 2k candidates, k live, stop once k finished
+            if tokens[-1] == eos_id or step == max_len:
+                finished.append((tokens, logp / lp(len(tokens))))
+            else:
+                live.append((tokens, logp))
+            if len(live) == beam_size:
+                break
+        if len(finished) >= beam_size or not live:
+            break
+    return sorted(finished, key=lambda h: -h[1])[:beam_size]
+'''
+
+AVERAGE_IN_PLACE__AVERAGE_CHECKPOINTS = '''
+def average_checkpoints(state_dicts):
+    out = state_dicts[0]                                   # sums into the first checkpoint's own tensors
+    for sd in state_dicts[1:]:
+        for k, v in sd.items():
+            if v.is_floating_point():
+                out[k] += v
+            else:
+                out[k] = v
+    for k, v in out.items():
+        if v.is_floating_point():
+            v /= len(state_dicts)
+    return {k: v.clone() for k, v in out.items()}
+'''
+
+DECODER_DROPOUT_BEFORE_NORM__DECODERBLOCK = '''
+class DecoderBlock(nn.Module):
+    """One Transformer decoder block: masked self-attention, cross-attention over the encoder's memory and a
+    feed-forward network, each with a residual connection and a LayerNorm; equal to
+    ``nn.TransformerDecoderLayer(batch_first=True)``.
+
+    Args:
+        d_model: D.
+        n_heads: H, the number of attention heads (divides D).
+        d_ff: the feed-forward network's hidden width.
+        dropout: dropout on the attention weights, inside the feed-forward network, and on each
+            sublayer's output before it is added to the residual (training mode only).
+        norm_first: False for post-norm, LN(x + f(x)) (the paper); True for pre-norm, x + f(LN(x)).
+
+    Attributes:
+        self_attn: ``nn.MultiheadAttention(d_model, n_heads, dropout=dropout, batch_first=True)``:
+            queries, keys and values from the target side ``x``.
+        cross_attn: the same kind of module: queries from the target side, keys and values from ``memory``.
+        linear1, linear2: the feed-forward network, ``nn.Linear(D, d_ff)`` and ``nn.Linear(d_ff, D)``
+            (ReLU between them, dropout after the ReLU).
+        norm1, norm2, norm3: ``nn.LayerNorm(D)`` with the self-attention, the cross-attention and the
+            feed-forward network.
+        dropout1, dropout2, dropout3: ``nn.Dropout(dropout)`` on each sublayer's output.
+        norm_first: the layout (bool).
+
+    Shapes:
+        x (B, T, D), memory (B, S, D) -> (B, T, D). Masks are bool, True = may attend:
+        ``tgt_mask`` for the self-attention, (T, T) (causal), (B, 1, 1, T), (B, 1, T, T) or (B, H, T, T);
+        ``memory_mask`` for the cross-attention, (T, S), (B, 1, 1, S) (source padding), (B, 1, T, S) or
+        (B, H, T, S). A 3-D mask is ambiguous and raises ValueError.
+    """
+
+    def __init__(self, d_model, n_heads, d_ff, dropout=0.0, norm_first=False):
+        super().__init__()
+        self.norm_first = norm_first
+        self.self_attn = nn.MultiheadAttention(d_model, n_heads, dropout=dropout, batch_first=True)
+        self.cross_attn = nn.MultiheadAttention(d_model, n_heads, dropout=dropout, batch_first=True)
+        self.linear1 = nn.Linear(d_model, d_ff)
+        self.linear2 = nn.Linear(d_ff, d_model)
+        self.dropout = nn.Dropout(dropout)                     # inside the feed-forward network
+        self.norm1 = nn.LayerNorm(d_model)
+        self.norm2 = nn.LayerNorm(d_model)
+        self.norm3 = nn.LayerNorm(d_model)
+        self.dropout1 = nn.Dropout(dropout)
+        self.dropout2 = nn.Dropout(dropout)
+        self.dropout3 = nn.Dropout(dropout)
+
+    def forward(self, x, memory, tgt_mask=None, memory_mask=None):
+        B, T, D = x.shape
+        S = memory.shape[1]
+        H = self.self_attn.num_heads
+
+        def torch_mask(mask, T_k):                             # ours (True = allowed) -> PyTorch's attn_mask
+            mask = masks.attention_mask(mask, B=B, H=H, T_q=T, T_k=T_k)     # None or 4-D; 3-D raises
+            return None if mask is None else to_torch_attn_mask(mask, batch_size=B, n_heads=H, tgt_len=T, src_len=T_k)
+
+        self_mask, cross_mask = torch_mask(tgt_mask, T), torch_mask(memory_mask, S)
+
+        def self_block(h):                                     # Q, K, V all from the target side
+            return self.dropout1(self.self_attn(h, h, h, attn_mask=self_mask, need_weights=False)[0])
+
+        def cross_block(h):                                    # Q from the target side, K and V from the memory
+            return self.dropout2(self.cross_attn(h, memory, memory, attn_mask=cross_mask, need_weights=False)[0])
+
+        def ff_block(h):
+            return self.dropout3(self.linear2(self.dropout(F.relu(self.linear1(h)))))
+
+        if self.norm_first:                                    # pre-norm: x + f(LN(x))
+            h = self.norm1(self.dropout1(x))                   # dropout before the norm, on the input
+            x = x + self.self_attn(h, h, h, attn_mask=self_mask, need_weights=False)[0]
+            x = x + cross_block(self.norm2(x))
+            x = x + ff_block(self.norm3(x))
+        else:                                                  # post-norm: LN(x + f(x))
+            x = self.norm1(self.dropout1(x + self.self_attn(x, x, x, attn_mask=self_mask, need_weights=False)[0]))
+            x = self.norm2(x + cross_block(x))
+            x = self.norm3(x + ff_block(x))
+        return x
+'''
+
+
+# --------------------------------------------------------------------------------------------
+# one layer shared by the whole stack: derived from the reference solution by a one-line change
+# --------------------------------------------------------------------------------------------
+import sys as _sys
+from pathlib import Path as _Path
+
+_sys.path.insert(0, str(_Path(__file__).resolve().parents[1]))
+from planting import solution_sources as _solution_sources  # noqa: E402
+
+
+def _shared_stack(cell, old, new):
+    src = _solution_sources(LESSON)[cell]
+    assert src.count(old) == 1, f"{LESSON}: the reference {cell} changed; update the shared-stack variant"
+    return src.replace(old, new)
+
+TRANSFORMER_ONE_SHARED_ENCODER_LAYER__TRANSFORMER = _shared_stack('Transformer', '            for _ in range(n_layers)])\n        self.decoder_layers',
+    '            ] * n_layers)  # ONE layer in every place\n        self.decoder_layers')
+
+
 VARIANTS = {
+    'transformer_one_shared_encoder_layer': {"replace": {'Transformer': TRANSFORMER_ONE_SHARED_ENCODER_LAYER__TRANSFORMER}, "must_fail": ['test_transformer_structure']},
     "decoder_self_attention_not_causal": {"replace": {"DecoderBlock": DECODER_SELF_ATTENTION_NOT_CAUSAL__DECODERBLOCK}, "must_fail": ['test_decoder_block_causal', 'test_decoder_block_matches_torch_post_norm', 'test_decoder_block_matches_torch_pre_norm']},
     "cross_attention_q_and_kv_swapped": {"replace": {"DecoderBlock": CROSS_ATTENTION_Q_AND_KV_SWAPPED__DECODERBLOCK}, "must_fail": ['test_decoder_block_cross_attention', 'test_decoder_block_matches_torch_post_norm']},
     "cross_attention_ignores_source_padding": {"replace": {"DecoderBlock": CROSS_ATTENTION_IGNORES_SOURCE_PADDING__DECODERBLOCK}, "must_fail": ['test_decoder_block_source_padding']},
@@ -598,6 +771,10 @@ VARIANTS = {
     "beam_length_penalty_multiplies": {"replace": {"beam_search": BEAM_LENGTH_PENALTY_MULTIPLIES__BEAM_SEARCH}, "must_fail": ['test_beam_search_length_penalty']},
     "average_only_weights": {"replace": {"average_checkpoints": AVERAGE_ONLY_WEIGHTS__AVERAGE_CHECKPOINTS}, "must_fail": ['test_average_checkpoints_every_tensor', 'test_average_checkpoints_mean']},
     "average_sums": {"replace": {"average_checkpoints": AVERAGE_SUMS__AVERAGE_CHECKPOINTS}, "must_fail": ['test_average_checkpoints_mean', 'test_average_checkpoints_every_tensor']},
+    "decoder_dropout_before_norm": {"replace": {"DecoderBlock": DECODER_DROPOUT_BEFORE_NORM__DECODERBLOCK}, "must_fail": ['test_decoder_block_dropout']},
+    "beam_keeps_k_live": {"replace": {"beam_search": BEAM_KEEPS_K_LIVE__BEAM_SEARCH}, "must_fail": ['test_beam_search_finishes_at_eos']},
+    "beam_hugging_face_stops_at_k_finished": {"replace": {"beam_search": BEAM_HUGGING_FACE_STOPS_AT_K_FINISHED__BEAM_SEARCH}, "must_fail": ['test_beam_search_finishes_at_eos', 'test_beam_search_length_penalty']},
+    "average_in_place": {"replace": {"average_checkpoints": AVERAGE_IN_PLACE__AVERAGE_CHECKPOINTS}, "must_fail": ['test_average_checkpoints_mean']},
     "decoder_hand_written_attention_style": {"replace": {"DecoderBlock": DECODER_HAND_WRITTEN_ATTENTION_STYLE__DECODERBLOCK}, "must_fail": []},
     "greedy_one_sentence_at_a_time_style": {"replace": {"greedy_decode": GREEDY_ONE_SENTENCE_AT_A_TIME_STYLE__GREEDY_DECODE}, "must_fail": []},
     "beam_heap_loop_style": {"replace": {"beam_search": BEAM_HEAP_LOOP_STYLE__BEAM_SEARCH}, "must_fail": []},

@@ -104,6 +104,35 @@ def sample_next(logits, temperature=1.0, top_k=None, generator=None):
     return (z - torch.log(-torch.log(u))).argmax(dim=-1)                  # the Gumbel-max trick
 '''
 
+SAMPLE_TOPK_RAISES_ABOVE_V = '''
+def sample_next(logits, temperature=1.0, top_k=None, generator=None):
+    logits = logits / temperature
+    if top_k is not None:
+        kth = torch.topk(logits, top_k, dim=-1).values[:, -1:]           # raises when top_k > V
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    return torch.multinomial(F.softmax(logits, dim=-1), 1, generator=generator).squeeze(-1)
+'''
+
+SAMPLE_UNSTABLE_SOFTMAX = '''
+def sample_next(logits, temperature=1.0, top_k=None, generator=None):
+    logits = logits / temperature
+    if top_k is not None and top_k < logits.shape[-1]:
+        kth = torch.topk(logits, top_k, dim=-1).values[:, -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    e = logits.exp()                                                      # exp(1000) = inf: nan probabilities
+    return torch.multinomial(e / e.sum(-1, keepdim=True), 1, generator=generator).squeeze(-1)
+'''
+
+SAMPLE_TOPK_CLAMPED_STYLE = '''
+def sample_next(logits, temperature=1.0, top_k=None, generator=None):
+    z = logits / temperature
+    if top_k is not None:
+        k = min(top_k, z.shape[-1])                                       # top_k > V: keep all V
+        vals, ids = torch.topk(z, k, dim=-1)
+        z = torch.full_like(z, float("-inf")).scatter(-1, ids, vals)
+    return torch.multinomial(torch.softmax(z, dim=-1), 1, generator=generator).view(-1)
+'''
+
 # --------------------------------------------------------------------------------------------
 # CausalSelfAttention
 # --------------------------------------------------------------------------------------------
@@ -229,6 +258,26 @@ GPT_GENERATE_RECOMPUTE_STYLE = GPT_TEMPLATE.format(tie=TIE, positions=POS_OK, ge
             idx = torch.cat([idx, nxt.view(-1, 1)], dim=1)
         return idx''')
 
+GEN_ROLLING_CACHE = '''\
+        past = None
+        for _ in range(max_new_tokens):
+            if use_cache and past is not None:
+                if past[0][0].shape[2] >= self.block_size:             # a rolling cache: drop the oldest key/value
+                    past = [(k[:, :, 1:], v[:, :, 1:]) for k, v in past]
+                logits, past = self(idx[:, -1:], past)
+            else:
+                logits, past = self(idx[:, -self.block_size:])
+            nxt = sample_next(logits[:, -1], temperature, top_k, generator)
+            idx = torch.cat([idx, nxt[:, None]], dim=1)
+        return idx'''
+
+GPT_GENERATE_ROLLING_CACHE = GPT_TEMPLATE.format(tie=TIE, positions=POS_OK, generate=GEN_ROLLING_CACHE)
+
+GPT_ONE_SHARED_BLOCK = GPT_TEMPLATE.format(tie=TIE, positions=POS_OK, generate=GEN_OK).replace(
+    "nn.ModuleList(Block(d_model, n_heads, dropout) for _ in range(n_layers))",
+    "nn.ModuleList([Block(d_model, n_heads, dropout)] * n_layers)")      # one block, used n_layers times
+assert "] * n_layers" in GPT_ONE_SHARED_BLOCK
+
 VARIANTS = {
     # lm_loss
     "loss_targets_not_shifted": {"replace": {"lm_loss": LOSS_NOT_SHIFTED}, "must_fail": ["test_lm_loss_shift"]},
@@ -247,6 +296,11 @@ VARIANTS = {
                              "must_fail": ["test_sample_next_seeded", "test_sample_next_temperature", "test_sample_next_top_k"]},
     "sample_top_k_by_sort_style": {"replace": {"sample_next": SAMPLE_SORT_STYLE}, "must_fail": []},
     "sample_gumbel_max_style": {"replace": {"sample_next": SAMPLE_GUMBEL_STYLE}, "must_fail": []},
+    "sample_top_k_above_vocabulary_raises": {"replace": {"sample_next": SAMPLE_TOPK_RAISES_ABOVE_V},
+                                             "must_fail": ["test_sample_next_top_k"]},
+    "sample_unstable_softmax": {"replace": {"sample_next": SAMPLE_UNSTABLE_SOFTMAX},
+                                "must_fail": ["test_sample_next_temperature"]},
+    "sample_top_k_clamped_style": {"replace": {"sample_next": SAMPLE_TOPK_CLAMPED_STYLE}, "must_fail": []},
     # CausalSelfAttention
     "attn_no_causal_mask": {"replace": {"CausalSelfAttention": ATTN_NO_CAUSAL_MASK},
                             "must_fail": ["test_causal_self_attention_matches_torch", "test_gpt_causal",
@@ -263,4 +317,6 @@ VARIANTS = {
     "gpt_untied_head": {"replace": {"GPT": GPT_UNTIED_HEAD}, "must_fail": ["test_gpt_structure"]},
     "gpt_generate_ignores_block_size": {"replace": {"GPT": GPT_GENERATE_NO_CROP}, "must_fail": ["test_gpt_generate_long"]},
     "gpt_generate_chunked_cache_style": {"replace": {"GPT": GPT_GENERATE_RECOMPUTE_STYLE}, "must_fail": []},
+    "gpt_generate_rolling_cache": {"replace": {"GPT": GPT_GENERATE_ROLLING_CACHE}, "must_fail": ["test_gpt_generate_long"]},
+    "gpt_one_shared_block": {"replace": {"GPT": GPT_ONE_SHARED_BLOCK}, "must_fail": ["test_gpt_structure"]},
 }

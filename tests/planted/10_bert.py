@@ -413,7 +413,33 @@ class Bert(nn.Module):
         return F.linear(t, self.embeddings.token.weight, self.mlm_bias), self.nsp(pooled)
 '''
 
+
+# --------------------------------------------------------------------------------------------
+# one layer shared by the whole stack: derived from the reference solution by a one-line change
+# --------------------------------------------------------------------------------------------
+import sys as _sys
+from pathlib import Path as _Path
+
+_sys.path.insert(0, str(_Path(__file__).resolve().parents[1]))
+from planting import solution_sources as _solution_sources  # noqa: E402
+
+
+def _shared_stack(cell, old, new):
+    src = _solution_sources(LESSON)[cell]
+    assert src.count(old) == 1, f"{LESSON}: the reference {cell} changed; update the shared-stack variant"
+    return src.replace(old, new)
+
+BERT_DEEPCOPY_CLONES_STYLE = _shared_stack("Bert", "            for _ in range(n_layers)\n        ])",
+    "        ] * n_layers)\n        self.layers = nn.ModuleList(copy.deepcopy(layer) for layer in self.layers)  # clones")
+BERT_DEEPCOPY_CLONES_STYLE = "import copy\n\n" + BERT_DEEPCOPY_CLONES_STYLE
+
+BERT_ONE_SHARED_LAYER = _shared_stack('Bert', '            for _ in range(n_layers)\n        ])',
+    '        ] * n_layers)  # ONE layer in every place')
+
+
 VARIANTS = {
+    "bert_deepcopy_clones_style": {"replace": {"Bert": BERT_DEEPCOPY_CLONES_STYLE}, "must_fail": []},
+    'bert_one_shared_layer': {"replace": {'Bert': BERT_ONE_SHARED_LAYER}, "must_fail": ['test_bert_structure']},
     # mask_tokens
     "mask_selects_special_tokens": {"replace": {"mask_tokens": MASK_SPECIALS_SELECTED},
                                     "must_fail": ["test_mask_tokens_specials"]},

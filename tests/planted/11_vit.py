@@ -269,7 +269,28 @@ class ViT(nn.Module):
         return self.head(self.encode(images)[:, 0])
 '''
 
+
+# --------------------------------------------------------------------------------------------
+# one layer shared by the whole stack: derived from the reference solution by a one-line change
+# --------------------------------------------------------------------------------------------
+import sys as _sys
+from pathlib import Path as _Path
+
+_sys.path.insert(0, str(_Path(__file__).resolve().parents[1]))
+from planting import solution_sources as _solution_sources  # noqa: E402
+
+
+def _shared_stack(cell, old, new):
+    src = _solution_sources(LESSON)[cell]
+    assert src.count(old) == 1, f"{LESSON}: the reference {cell} changed; update the shared-stack variant"
+    return src.replace(old, new)
+
+VIT_ONE_SHARED_BLOCK = _shared_stack('ViT', '            for _ in range(n_layers)\n        ])',
+    '        ] * n_layers)  # ONE block in every place')
+
+
 VARIANTS = {
+    'vit_one_shared_block': {"replace": {'ViT': VIT_ONE_SHARED_BLOCK}, "must_fail": ['test_vit_shapes']},
     # patchify
     "patchify_grid_column_major": {"replace": {"patchify": PATCHIFY_GRID_COLUMN_MAJOR},
                                    "must_fail": ["test_patchify_row_major"]},

@@ -198,6 +198,12 @@ VARIANTS = {
         "replace": {"chunked_attention": chunked(RANGE="range(0, T_k - chunk_size + 1, chunk_size)")},
         "must_fail": ["test_chunked_attention_ragged"],
     },
+    # the running max starts at 0, not -inf: a row whose scores all lie far below zero underflows to 0 / 0
+    "running_max_starts_at_zero": {
+        "replace": {"chunked_attention": chunked().replace('m = q.new_full((*q.shape[:-1], 1), float("-inf"))',
+                                                           "m = q.new_zeros((*q.shape[:-1], 1))")},
+        "must_fail": ["test_chunked_attention_online_softmax"],
+    },
     "no_max_subtraction": {
         "replace": {"chunked_attention": NO_MAX_SUBTRACTION},
         "must_fail": ["test_chunked_attention_online_softmax"],

@@ -10,8 +10,9 @@ Instructor side: never shipped to learners (it computes the exercise's answer).
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 
-__all__ = ["reference_patchify", "reference_embeddings"]
+__all__ = ["reference_patchify", "reference_embeddings", "unfold_patches", "conv_embedding"]
 
 
 def reference_patchify(images: torch.Tensor, p: int) -> torch.Tensor:
@@ -38,3 +39,19 @@ def reference_embeddings(images: torch.Tensor, p: int, weight: torch.Tensor, bia
     tokens = patches @ weight.double().T + bias.double()              # (B, N, D)
     cls = cls_token.double().reshape(1, 1, -1).expand(images.shape[0], 1, -1)
     return torch.cat([cls, tokens], dim=1) + pos.double().reshape(1, tokens.shape[1] + 1, -1)
+
+
+def unfold_patches(images: torch.Tensor, p: int) -> torch.Tensor:
+    """PyTorch's ``F.unfold`` with kernel = stride = p, as ``(B, N, C*p*p)``: patches row by row, each (C, p, p).
+
+    It is ``patchify`` in one call (the exercise allows ``F.unfold``), so it lives here, on the trusted side.
+    """
+    return F.unfold(images, kernel_size=p, stride=p).transpose(1, 2)          # (B, C*p*p, N) -> (B, N, C*p*p)
+
+
+def conv_embedding(weight: torch.Tensor, bias: torch.Tensor, images: torch.Tensor, p: int) -> torch.Tensor:
+    """``F.conv2d`` with kernel = stride = p and the linear layer's ``(D, C*p*p)`` weight read as the kernel
+    ``(D, C, p, p)``, output as ``(B, N, D)``: ``PatchEmbedding.forward`` for those weights."""
+    D, C = weight.shape[0], images.shape[1]
+    out = F.conv2d(images, weight.reshape(D, C, p, p), bias, stride=p)      # (B, D, H/p, W/p)
+    return out.flatten(2).transpose(1, 2)                                    # (B, N, D), patches row by row
