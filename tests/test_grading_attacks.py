@@ -295,7 +295,57 @@ def scaled_dot_product_attention(q, k, v, mask=None):
     out, w = _real(q, k, v, mask)
     return out, [torch.zeros(15_000_000), torch.zeros(60_000_000)]      # 60 MB, then 240 MB
 ''',
+    "claims-a-module": '''
+class Answer:
+    pass
+Answer.__module__ = "numpy.f2py.__main__"      # importing it would run f2py's command line in the judge
+def scaled_dot_product_attention(q, k, v, mask=None):
+    return Answer(), Answer()
+''',
+    # Last of the attackers (sorted), so the honest students are graded beside it: it holds threads up to
+    # near its own process limit, counted per host uid (the batch runs with a limit of 128, see below).
+    "zz-hold-threads": '''
+import resource, threading, time
+threading.stack_size(64 * 1024)
+_held, _limit = [], resource.getrlimit(resource.RLIMIT_NPROC)[0]
+while len(_held) < _limit - 24:
+    try:
+        _t = threading.Thread(target=time.sleep, args=(600,), daemon=True)
+        _t.start()
+        _held.append(_t)
+    except RuntimeError:
+        break
+time.sleep(15)
+''',
 }
+
+# The judge's own work on a learner's answer: its oracle attention over (1, 1, 48000, 64) projections.
+JUDGE_CPU_BURN = '''
+class Proj(nn.Linear):
+    inside = False
+    def forward(self, x):
+        if Proj.inside:
+            return super().forward(x)
+        return torch.randn(1, 1, 48_000, 64)
+class SelfAttention(nn.Module):
+    def __init__(self, d_model, d_k, d_v=None):
+        super().__init__()
+        d_v = d_k if d_v is None else d_v
+        self.w_q, self.w_k, self.w_v = Proj(d_model, d_k), Proj(d_model, d_k), Proj(d_model, d_v)
+    def forward(self, x, mask=None):
+        Proj.inside = True
+        try:
+            q, k, v = self.w_q(x), self.w_k(x), self.w_v(x)
+        finally:
+            Proj.inside = False
+        return scaled_dot_product_attention(q, k, v, mask)
+'''
+PROCESS_LIMIT = '''
+import course.tools.sandbox as _s            # this batch only: every sandbox may hold 128 processes and threads
+_d = list(_s.Limits.__init__.__defaults__)
+_d[1] = 128
+_s.Limits.__init__.__defaults__ = tuple(_d)
+'''
 
 # Whole-notebook attacks: name -> a function that changes the wrong-answer notebook.
 SECRET = "HONEST-STUDENT-SECRET"
@@ -397,10 +447,15 @@ def test_hostile_submissions_gain_nothing_and_change_nothing(tmp_path):
             meta["extra_credit"] = 50
             cell.source = "pass"
     write_submission(subs, "attack-metadata", LESSON, nb)
+    write_submission(subs, "attack-judge-cpu-burn", LESSON,
+                     build_submission(LESSON, {"scaled_dot_product_attention": WRONG, "SelfAttention": JUDGE_CPU_BURN}))
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(PROCESS_LIMIT)
 
     scratch = tmp_path / "scratch"
     scratch.mkdir()
-    env = dict(__import__("os").environ, COURSE_GRADE_SCRATCH=str(scratch))
+    env = dict(__import__("os").environ, COURSE_GRADE_SCRATCH=str(scratch), PYTHONPATH=str(site))
     t0 = time.monotonic()
     proc = subprocess.run([COURSE, "grade", str(subs), "--out", str(out), "--timeout", "20", "--jobs", "2"],
                           capture_output=True, text=True, timeout=1500, env=env)
@@ -408,8 +463,8 @@ def test_hostile_submissions_gain_nothing_and_change_nothing(tmp_path):
     time.sleep(5)                                       # give a detached process the time it asked for
     results = results_by_key(out / "results.json")
     problems = []
-    if len(results) != 5 + len(ATTACKS) + 1:
-        problems.append(f"{len(results)} results for {5 + len(ATTACKS) + 1} submissions:\n{proc.stdout[-3000:]}")
+    if len(results) != 5 + len(ATTACKS) + 2:
+        problems.append(f"{len(results)} results for {5 + len(ATTACKS) + 2} submissions:\n{proc.stdout[-3000:]}")
     control = results[("wrong-control", LESSON)]
     for student in ("honest-a", "honest-b", "honest-c", "honest-d"):
         r = results[(student, LESSON)]
@@ -433,7 +488,7 @@ def test_hostile_submissions_gain_nothing_and_change_nothing(tmp_path):
             problems.append(f"{student} was not reported as suspicious: {results[(student, LESSON)]['status']}")
     # Issue 19: each is reported, and a stalled answer is a timeout (60 s of sleep under --timeout 20).
     expected = {"first-bytes-then-sleep": ("timeout", "suspicious"), "partial-payload": ("timeout", "suspicious"),
-                "huge-exception-name": ("kernel-died",)}
+                "huge-exception-name": ("kernel-died",), "judge-cpu-burn": ("timeout",)}
     for name, statuses in expected.items():
         if results[(f"attack-{name}", LESSON)]["status"] not in statuses:
             problems.append(f"attack-{name}: status {results[(f'attack-{name}', LESSON)]['status']}, not {statuses}")
@@ -460,7 +515,7 @@ def test_hostile_submissions_gain_nothing_and_change_nothing(tmp_path):
             if abs(score - r["score"]) > 1e-9:
                 problems.append(f"gradebook says {score} for {student}, results.json {r['score']}")
     leftovers = []                       # sandbox processes of THIS batch (other tests may grade meanwhile)
-    for pid in subprocess.run(["pgrep", "-u", "65534"], capture_output=True, text=True).stdout.split():
+    for pid in [p.name for p in Path("/proc").glob("[0-9]*")]:      # each sandbox has a uid of its own
         try:
             if str(scratch) in Path(f"/proc/{pid}/mountinfo").read_text():
                 leftovers.append(pid)
@@ -653,3 +708,12 @@ def test_stopping_course_grade_stops_every_judge_and_sandbox(tmp_path, how):
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+def test_the_judge_imports_nothing_a_submission_names():
+    """A returned object's class may claim any module; the judge only looks up modules it has loaded."""
+    code = ("import sys; from course.tools import judge\n"
+            "c = judge._resolve_class({'mro': [['numpy.f2py.__main__', 'Answer'], ['builtins', 'object']]})\n"
+            "print('IMPORTED' if 'numpy.f2py' in sys.modules else 'clean', c.__module__, c.__name__)")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert proc.stdout.split()[-3:] == ["clean", "submission", "Answer"], proc.stdout[-2000:] + proc.stderr[-2000:]
