@@ -302,30 +302,7 @@ Answer.__module__ = "numpy.f2py.__main__"      # importing it would run f2py's c
 def scaled_dot_product_attention(q, k, v, mask=None):
     return Answer(), Answer()
 ''',
-    # Last of the attackers (sorted), so the honest students are graded beside it: it holds threads up to
-    # near its own process limit, counted per host uid (the batch runs with a limit of 128, see below).
-    "zz-hold-threads": '''
-import resource, threading, time
-threading.stack_size(64 * 1024)
-_held, _limit = [], resource.getrlimit(resource.RLIMIT_NPROC)[0]
-while len(_held) < _limit - 8:
-    try:
-        _t = threading.Thread(target=time.sleep, args=(600,), daemon=True)
-        _t.start()
-        _held.append(_t)
-    except RuntimeError:
-        break
-print("HELD", len(_held))
-time.sleep(18)
-''',
 }
-
-PROCESS_LIMIT = '''
-import course.tools.sandbox as _s            # this batch only: every sandbox may hold 128 processes and threads
-_d = list(_s.Limits.__init__.__defaults__)
-_d[1] = 128
-_s.Limits.__init__.__defaults__ = tuple(_d)
-'''
 
 # Whole-notebook attacks: name -> a function that changes the wrong-answer notebook.
 SECRET = "HONEST-STUDENT-SECRET"
@@ -427,13 +404,10 @@ def test_hostile_submissions_gain_nothing_and_change_nothing(tmp_path):
             meta["extra_credit"] = 50
             cell.source = "pass"
     write_submission(subs, "attack-metadata", LESSON, nb)
-    site = tmp_path / "site"
-    site.mkdir()
-    (site / "sitecustomize.py").write_text(PROCESS_LIMIT)
 
     scratch = tmp_path / "scratch"
     scratch.mkdir()
-    env = dict(__import__("os").environ, COURSE_GRADE_SCRATCH=str(scratch), PYTHONPATH=str(site))
+    env = dict(__import__("os").environ, COURSE_GRADE_SCRATCH=str(scratch))
     t0 = time.monotonic()
     proc = subprocess.run([COURSE, "grade", str(subs), "--out", str(out), "--timeout", "20", "--jobs", "2"],
                           capture_output=True, text=True, timeout=1500, env=env)
