@@ -295,6 +295,13 @@ def scaled_dot_product_attention(q, k, v, mask=None):
     out, w = _real(q, k, v, mask)
     return out, [torch.zeros(15_000_000), torch.zeros(60_000_000)]      # 60 MB, then 240 MB
 ''',
+    "claims-a-module": '''
+class Answer:
+    pass
+Answer.__module__ = "numpy.f2py.__main__"      # importing it would run f2py's command line in the judge
+def scaled_dot_product_attention(q, k, v, mask=None):
+    return Answer(), Answer()
+''',
 }
 
 # Whole-notebook attacks: name -> a function that changes the wrong-answer notebook.
@@ -460,7 +467,7 @@ def test_hostile_submissions_gain_nothing_and_change_nothing(tmp_path):
             if abs(score - r["score"]) > 1e-9:
                 problems.append(f"gradebook says {score} for {student}, results.json {r['score']}")
     leftovers = []                       # sandbox processes of THIS batch (other tests may grade meanwhile)
-    for pid in subprocess.run(["pgrep", "-u", "65534"], capture_output=True, text=True).stdout.split():
+    for pid in [p.name for p in Path("/proc").glob("[0-9]*")]:      # each sandbox has a uid of its own
         try:
             if str(scratch) in Path(f"/proc/{pid}/mountinfo").read_text():
                 leftovers.append(pid)
@@ -653,3 +660,36 @@ def test_stopping_course_grade_stops_every_judge_and_sandbox(tmp_path, how):
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+def test_the_judge_imports_nothing_a_submission_names():
+    """A returned object's class may claim any module; the judge only looks up modules it has loaded."""
+    code = ("import sys; from course.tools import judge\n"
+            "c = judge._resolve_class({'mro': [['numpy.f2py.__main__', 'Answer'], ['builtins', 'object']]})\n"
+            "print('IMPORTED' if 'numpy.f2py' in sys.modules else 'clean', c.__module__, c.__name__)")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert proc.stdout.split()[-3:] == ["clean", "submission", "Answer"], proc.stdout[-2000:] + proc.stderr[-2000:]
+
+
+def test_the_judges_watchdog_ends_a_test_cell_stuck_in_a_c_kernel():
+    """The judge's own work on an answer (here one 50 s attention call in C, as its oracle on a huge
+    tensor a learner returned once ran) ends at the cell's deadline: a timeout verdict, and the judge exits."""
+    code = """
+import os, sys, time, nbformat, torch
+import torch.nn.functional as F
+from course.tools import judge
+torch.set_num_threads(1)
+cell = nbformat.v4.new_code_cell("", metadata={"nbgrader": {"grade": True, "grade_id": "t1", "points": 2}})
+nb = nbformat.v4.new_notebook(cells=[cell])
+judge._WATCHDOG.start(os.fdopen(os.dup(1), "w"))
+judge._WATCHDOG.arm(time.monotonic() + 1, "t1", 1, {"t1": cell}, {}, nb)
+q = torch.randn(1, 1, 48_000, 64)
+F.scaled_dot_product_attention(q, q, q)
+print("NOT STOPPED")
+"""
+    t0 = time.monotonic()
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    took = time.monotonic() - t0
+    verdict = json.loads(proc.stdout.strip().splitlines()[-1]) if proc.stdout.strip() else {}
+    assert proc.returncode == 3 and verdict.get("judge_exits") and took < 30, (took, proc.stdout[-500:], proc.stderr[-2000:])
+    assert verdict["events"][0].startswith("timeout") and verdict["cells"][0]["points"] == 0

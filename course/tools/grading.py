@@ -498,10 +498,13 @@ class _Judges:
             self._kill(slot)
             return {"error": "the judge process stopped or stalled unexpectedly"}
         try:
-            return json.loads(line)
+            answer = json.loads(line)
         except ValueError:
             self._kill(slot)
             return {"error": "the judge process answered something unreadable"}
+        if isinstance(answer, dict) and answer.get("judge_exits"):   # its watchdog stopped it: a fresh one next
+            self._kill(slot)
+        return answer
 
     def _kill(self, slot: int) -> None:
         p = self.procs.pop(slot, None)

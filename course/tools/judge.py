@@ -100,14 +100,18 @@ def _trusted_class(module, qual):
 
 def _resolve_class(info: dict):
     """The class a remote object claims to be: the real one for torch/builtins, else a stand-in."""
-    import importlib
+    import sys
 
     mro = [tuple(x) for x in info.get("mro", []) if isinstance(x, (list, tuple)) and len(x) == 2]
     bases = []
     for module, qual in mro:
         if str(module).split(".")[0] in _TRUSTED_MODULES and "<" not in str(qual):
+            # Never import on a learner's say-so (import-time code would run in the judge): only modules
+            # the judge has already loaded count; any other claim is an unknown class (a plain stand-in).
+            obj = sys.modules.get(str(module))
+            if obj is None:
+                continue
             try:
-                obj = importlib.import_module(str(module))
                 for part in str(qual).split("."):
                     obj = getattr(obj, part)
                 if isinstance(obj, type) and _claimable(obj):
@@ -858,7 +862,13 @@ def grade_submission(spec: dict) -> dict:
                         results[gid] = {"passed": False, "message": _message(exc, timeout),
                                         "restart": "timeout" if exc.timeout else "died"}
                 if gid not in results:
-                    results[gid] = run_test(session, tests[gid], context, defined_by_student, timeout, total_deadline)
+                    if _WATCHDOG.out is not None:      # the judge's own work in this cell: bounded too
+                        _WATCHDOG.arm(time.monotonic() + timeout * 1.5 + 2, gid, timeout, tests, results, nb)
+                    try:
+                        results[gid] = run_test(session, tests[gid], context, defined_by_student, timeout,
+                                                total_deadline)
+                    finally:
+                        _WATCHDOG.disarm()
                 phase["tests"] += time.perf_counter() - c0
                 if results[gid].get("restart"):
                     fork = None
@@ -900,19 +910,7 @@ def grade_submission(spec: dict) -> dict:
         session.close()
         checks.FORBIDDEN_HOOK = None
         tampering, checks.FORBIDDEN_TAMPERING = checks.FORBIDDEN_TAMPERING, []
-    cells = []
-    for gid, cell in tests.items():
-        max_pts = float(cell.metadata.nbgrader.get("points", 0))
-        r = results.get(gid)
-        if r is None:
-            present = any(c.get("metadata", {}).get("nbgrader", {}).get("grade_id") == gid for c in nb.cells)
-            msg = "not graded: the notebook was stopped before this cell" if present else \
-                "this test cell was deleted from the submission"
-            cells.append({"grade_id": gid, "points": 0.0, "max_points": max_pts, "passed": False, "message": msg,
-                          "deleted": not present})
-        else:
-            cells.append({"grade_id": gid, "points": max_pts if r["passed"] else 0.0, "max_points": max_pts,
-                          "passed": r["passed"], "message": r["message"], "deleted": False})
+    cells = _cells(tests, results, nb)
     if session.left_behind > 2000:
         pasted.append(f"left {session.left_behind} files and folders in the sandbox (removed)")
     found = list(dict.fromkeys(pasted + session.lies + suspicious(nb) + tampering + _aliases(nb, source)))
@@ -933,6 +931,80 @@ def grade_submission(spec: dict) -> dict:
         result["phases"]["feedback"] = round(time.perf_counter() - f0, 3)
     result["seconds"] = round(time.perf_counter() - t0, 3)
     return result
+
+
+def _cells(tests: dict, results: dict, nb) -> list[dict]:
+    cells = []
+    for gid, cell in tests.items():
+        max_pts = float(cell.metadata.nbgrader.get("points", 0))
+        r = results.get(gid)
+        if r is None:
+            present = any(c.get("metadata", {}).get("nbgrader", {}).get("grade_id") == gid for c in nb.cells)
+            msg = "not graded: the notebook was stopped before this cell" if present else \
+                "this test cell was deleted from the submission"
+            cells.append({"grade_id": gid, "points": 0.0, "max_points": max_pts, "passed": False, "message": msg,
+                          "deleted": not present})
+        else:
+            cells.append({"grade_id": gid, "points": max_pts if r["passed"] else 0.0, "max_points": max_pts,
+                          "passed": r["passed"], "message": r["message"], "deleted": False})
+    return cells
+
+
+class _Watchdog:
+    """A deadline on the judge's own work in a test cell (its checks and oracles on the learner's answers,
+    e.g. attention over a huge tensor the learner returned), which no Python signal can interrupt inside
+    a C kernel: a thread watches the clock, and past the cell's limit writes the submission's verdict
+    (that cell: timeout, 0; later cells: not graded) on the result channel and ends this judge process
+    (its sandboxes die with it); the grader starts a fresh judge for the next submission."""
+
+    def __init__(self):
+        import threading
+
+        self.lock = threading.Lock()
+        self.armed = None        # (deadline, gid, limit, tests, results, nb) while a test cell runs here
+        self.out = None          # the result channel (set by main())
+
+    def arm(self, deadline, gid, limit, tests, results, nb):
+        with self.lock:
+            self.armed = (deadline, gid, limit, tests, results, nb)
+
+    def disarm(self):
+        with self.lock:
+            self.armed = None
+
+    def start(self, out):
+        import threading
+
+        self.out = out
+        threading.Thread(target=self._watch, daemon=True, name="judge-watchdog").start()
+
+    def _watch(self):
+        import json
+
+        while True:
+            time.sleep(0.25)
+            with self.lock:
+                if self.armed is None or time.monotonic() < self.armed[0]:
+                    continue
+                deadline, gid, limit, tests, results, nb = self.armed
+                results = dict(results)
+                results[gid] = {"passed": False, "message": f"this test ran past the time limit ({limit} s) and was "
+                                                           "stopped (the checks on your answers took too long: an "
+                                                           "answer much larger than the test asked for?)"}
+                verdict = {"cells": _cells(tests, results, nb), "outputs": {},
+                           "events": [f"timeout: test cell {gid} (checking its answers ran past the limit)"],
+                           "suspicious": [], "phases": {}, "judge_exits": True}
+                try:
+                    self.out.write(json.dumps(verdict) + "\n")
+                    self.out.flush()
+                finally:
+                    try:
+                        _ZYGOTE.kill()
+                    finally:
+                        os._exit(3)
+
+
+_WATCHDOG = _Watchdog()
 
 
 def run_test(session: Session, cell, context: dict, student_defs: dict, timeout: int, total_deadline: float) -> dict:
@@ -1054,14 +1126,22 @@ def main() -> None:
 
     _guard_self()
     torch.set_num_threads(1)
+    # Results go on a private copy of stdout; fd 1 (and sys.stdout) point at stderr, so that whatever else
+    # prints while tests run (a library, a test cell) cannot corrupt the result channel.
+    sys.stdout.flush()
+    results = os.fdopen(os.dup(1), "w", encoding="utf-8")
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    _WATCHDOG.start(results)
     for line in sys.stdin:
         spec = json.loads(line)
         try:
             result = grade_submission(spec)
         except Exception as exc:  # noqa: BLE001 - reported, the batch goes on
             result = {"error": f"{type(exc).__name__}: {exc}"}
-        sys.stdout.write(json.dumps(result) + "\n")
-        sys.stdout.flush()
+        with _WATCHDOG.lock:
+            results.write(json.dumps(result) + "\n")
+            results.flush()
     _ZYGOTE.kill()
 
 

@@ -9,7 +9,7 @@ The student's code gets a private, throw-away view of the machine:
 * nothing else: not the grading folder, the solutions, the gradebook, other students' work or the
   instructor's home; no network (a new network namespace with no interface but loopback); its own
   process namespace, so it can signal nothing outside, and everything it started dies with it;
-* an unprivileged user (uid 65534 when the grader runs as root), no capabilities;
+* an unprivileged user (a host uid of its own per judge process when the grader runs as root), no capabilities;
 * limits: address space (memory), processes, CPU seconds, file size; the judge adds wall time and
   caps what it reads back.
 
@@ -34,7 +34,41 @@ __all__ = ["Limits", "available", "describe", "worker_command", "INSTALL_HINT"]
 
 INSTALL_HINT = ("install bubblewrap (Debian/Ubuntu: `sudo apt-get install bubblewrap`; Fedora: `sudo dnf install "
                 "bubblewrap`), or, on a machine where you trust every submission, pass --unsafe-no-sandbox")
-UNPRIVILEGED_UID = 65534
+UNPRIVILEGED_UID = 65534          # the shared fallback; see sandbox_uid()
+_UID_BASE, _UID_STEP = 2_000_000_000, 4_194_304     # below 2**31; the step is Linux's largest pid_max
+
+
+def _uid_in_use(uid: int) -> bool:
+    import pwd
+
+    try:
+        pwd.getpwuid(uid)
+        return True
+    except KeyError:
+        pass
+    for status in Path("/proc").glob("[0-9]*/status"):
+        try:
+            for line in status.read_text().splitlines():
+                if line.startswith("Uid:"):
+                    if str(uid) in line.split()[1:]:
+                        return True
+                    break
+        except OSError:
+            continue
+    return False
+
+
+@functools.lru_cache(maxsize=1)
+def sandbox_uid() -> int:
+    """The host uid this process's sandboxes run as (when the grader is root): one of its own per judge
+    process, derived from its pid (unique among live processes) and checked unused by /etc/passwd and by
+    running processes, so that RLIMIT_NPROC, counted per host uid, bounds each sandbox alone: a submission
+    holding threads up to its limit cannot starve the sandboxes of other judges or of other graders."""
+    for k in range(30):
+        uid = _UID_BASE + os.getpid() + k * _UID_STEP
+        if not _uid_in_use(uid):
+            return uid
+    return UNPRIVILEGED_UID
 
 
 @dataclass(frozen=True)
@@ -52,7 +86,7 @@ class Limits:
         resource.setrlimit(resource.RLIMIT_CPU, (self.cpu_seconds, self.cpu_seconds + 5))
         resource.setrlimit(resource.RLIMIT_FSIZE, (self.file_mb * 2**20, self.file_mb * 2**20))
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-        # Counted per user: it binds the sandbox user (uid 65534), and the grader when it is not root.
+        # Counted per host uid: it binds the sandbox's own uid (sandbox_uid()), and the grader's uid when it is not root.
         resource.setrlimit(resource.RLIMIT_NPROC, (self.processes, self.processes))
 
 
@@ -293,10 +327,11 @@ def worker_command(scratch: Path | None = None, *, sandbox: bool = True, zygote:
     for k, v in env.items():
         cmd += ["--setenv", k, v]
     if root:
-        # Drop to an unprivileged user inside: the student's processes run as uid 65534 on the host too.
+        # Drop to an unprivileged user inside: the student's processes run as this judge's own uid on the host too.
         setpriv = shutil.which("setpriv") or "/usr/bin/setpriv"
+        uid = sandbox_uid()
         cmd += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--", setpriv,
-                f"--reuid={UNPRIVILEGED_UID}", f"--regid={UNPRIVILEGED_UID}", "--clear-groups",
+                f"--reuid={uid}", f"--regid={uid}", "--clear-groups",
                 "--inh-caps=-all", "--bounding-set=-all"]
     else:
         cmd += ["--"]
@@ -312,7 +347,7 @@ def prepare_scratch(base: Path) -> Path:
         (scratch / sub).mkdir()
     if os.geteuid() == 0:
         for p in (scratch, scratch / "work", scratch / "tmp", scratch / "home"):
-            os.chown(p, UNPRIVILEGED_UID, UNPRIVILEGED_UID)
+            os.chown(p, sandbox_uid(), sandbox_uid())
     os.chmod(scratch, 0o700)
     return scratch
 
@@ -353,6 +388,6 @@ def describe(unsafe: bool, probe: bool = True) -> str:
     if unsafe:
         return "NO SANDBOX (--unsafe-no-sandbox): submissions run as you, with your files and network"
     ok, why = available() if probe else (True, "")
-    user = f"uid {UNPRIVILEGED_UID}" if os.geteuid() == 0 else "your uid in a user namespace"
+    user = "a uid of its own per judge" if os.geteuid() == 0 else "your uid in a user namespace"
     return (f"bubblewrap sandbox per submission ({user}, no network, private /tmp, read-only Python and course "
             "package, nothing else of this machine visible)") if ok else why
