@@ -41,7 +41,7 @@ run: $(STAMP)
 	$(BIN)/course run --profile $(PROFILE) --out $(OUT)
 
 test: $(STAMP)
-	$(BIN)/python -m pytest -n 2 --dist worksteal -q tests
+	$(BIN)/python -m pytest -n 2 --dist worksteal -q --durations=15 tests
 
 # make lab PORT=8899 ARGS="--no-browser --ip 0.0.0.0"; LESSONS=... for the workshop targets.
 PORT ?=
