@@ -244,7 +244,16 @@ def room(chp):
     work.chmod(0o755)                     # the learners' servers read their configuration here
     made = []
     hub = None
+    opened = []
     try:
+        # The learners' accounts read the course's checkout and its venv, as a hub's shared environment is
+        # readable by every learner: a checkout in a folder only root may enter (a `mktemp -d` clone is 0700)
+        # is opened for traversal (o+x on its folders, nothing listed or written) until the test ends.
+        for folder in {*Path(sys.prefix).resolve().parents, *ROOT.resolve().parents, ROOT.resolve()}:
+            mode = folder.stat().st_mode
+            if not mode & 0o001:
+                folder.chmod(mode | 0o001)
+                opened.append((folder, mode))
         for name in LEARNERS:
             subprocess.run(["userdel", "-r", name], capture_output=True)          # a crashed earlier run
             subprocess.run(["useradd", "-m", "-K", "HOME_MODE=0700", "-s", "/bin/bash", name], check=True,
@@ -258,6 +267,8 @@ def room(chp):
         for name in made:
             subprocess.run(["userdel", "-r", name], capture_output=True)
         shutil.rmtree(work, ignore_errors=True)
+        for folder, mode in opened:
+            folder.chmod(mode)
 
 
 def test_workshop_on_a_hub(room, monkeypatch):
