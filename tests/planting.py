@@ -18,6 +18,15 @@ import nbformat
 
 ROOT = Path(__file__).resolve().parents[1]
 PLANTED = Path(__file__).resolve().parent / "planted"
+# Lesson 05's wrong attention (no 1/sqrt(d_k)): the control an attack on lesson 05 must not beat (10/20).
+WRONG_05 = '''
+def scaled_dot_product_attention(q, k, v, mask=None):
+    scores = q @ k.transpose(-2, -1)                     # wrong: no 1/sqrt(d_k)
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    weights = torch.nan_to_num(torch.softmax(scores, dim=-1))
+    return weights @ v, weights
+'''
 _MARKER = re.compile(r"^[ \t]*### (BEGIN|END) SOLUTION[ \t]*\n?", re.M)
 
 

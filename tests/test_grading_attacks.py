@@ -20,20 +20,13 @@ from pathlib import Path
 
 import pytest
 
-from planting import build_submission, results_by_key, write_submission
+from planting import WRONG_05, build_submission, results_by_key, write_submission
 
 COURSE = str(Path(sys.executable).parent / "course")
 LESSON = "05_self_attention"
 pytestmark = pytest.mark.slow
 
-WRONG = '''
-def scaled_dot_product_attention(q, k, v, mask=None):
-    scores = q @ k.transpose(-2, -1)                     # wrong: no 1/sqrt(d_k)
-    if mask is not None:
-        scores = scores.masked_fill(~mask, float("-inf"))
-    weights = torch.nan_to_num(torch.softmax(scores, dim=-1))
-    return weights @ v, weights
-'''
+WRONG = WRONG_05
 
 # name -> code appended to the wrong answer; {paths} are filled in by the test.
 ATTACKS = {

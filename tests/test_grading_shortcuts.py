@@ -29,20 +29,12 @@ import nbformat
 import pytest
 import torch
 
-from planting import build_submission, load_planted, results_by_key, write_submission
+from planting import WRONG_05, build_submission, load_planted, results_by_key, write_submission
 
 COURSE = str(Path(sys.executable).parent / "course")
 ROOT = Path(__file__).resolve().parents[1]
 L00, L05, L12 = "00_softmax_lookup", "05_self_attention", "12_efficient_attention"
 
-WRONG_05 = '''
-def scaled_dot_product_attention(q, k, v, mask=None):
-    scores = q @ k.transpose(-2, -1)                     # wrong: no 1/sqrt(d_k)
-    if mask is not None:
-        scores = scores.masked_fill(~mask, float("-inf"))
-    weights = torch.nan_to_num(torch.softmax(scores, dim=-1))
-    return weights @ v, weights
-'''
 
 REFERENCES_05 = WRONG_05 + '''
 import os
