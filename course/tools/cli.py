@@ -116,9 +116,13 @@ def _cmd_check(args) -> int:
 def _cmd_grade(args) -> int:
     from course.tools.grading import OK_STATUSES, grade, summary_table
 
+    if args.scheduler and args.executor != "dask":
+        print("course grade: --scheduler is the address of a Dask scheduler: add --executor dask", file=sys.stderr)
+        return 2
     results = grade(Path(args.submissions), Path(args.out), timeout=args.timeout, lessons=args.lesson or None,
                     jobs=args.jobs, unsafe_no_sandbox=args.unsafe_no_sandbox, regrade=args.regrade,
-                    notebook_timeout=args.notebook_timeout, memory_mb=args.memory, shard=args.shard)
+                    notebook_timeout=args.notebook_timeout, memory_mb=args.memory, shard=args.shard,
+                    executor=args.executor, scheduler=args.scheduler, retries=args.retries)
     print()
     print(summary_table(results))
     print(f"Grades: {Path(args.out).resolve()}/grades.csv; per test: results.json; feedback: feedback/<student>/<lesson>/")
@@ -289,6 +293,15 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--shard", type=_shard, default=None, metavar="I/N",
                    help="grade only shard I of N (0 <= I < N), chosen by a stable hash of (student, lesson); "
                         "each shard gets its own --out, then `course grade merge` joins them")
+    g.add_argument("--executor", choices=["local", "dask"], default="local",
+                   help="local: judges on this machine (default); dask: one warm judge per Dask worker, an embedded "
+                        "LocalCluster of --jobs workers, or the cluster at --scheduler (pip install 'course[dask]')")
+    g.add_argument("--scheduler", default=None, metavar="ADDRESS",
+                   help="with --executor dask: an existing Dask scheduler, e.g. tcp://10.0.0.5:8786 (Dask trusts its "
+                        "network: a private network, or TLS)")
+    g.add_argument("--retries", type=int, default=2,
+                   help="with --executor dask: times a submission whose worker died is given to another worker "
+                        "before it is a grader-error (default 2)")
     g.set_defaults(func=_cmd_grade)
 
     gm = sub.add_parser("grade merge", help="merge the --out folders of `course grade --shard` runs",

@@ -543,11 +543,15 @@ def _progress(total: int, enabled: bool):
 
 def grade(submissions: Path, out: Path, *, timeout: int = 60, lessons: list[str] | None = None, jobs: int | None = None,
           unsafe_no_sandbox: bool = False, regrade: bool = False, notebook_timeout: int | None = None,
-          memory_mb: int = 4096, shard: tuple[int, int] | None = None, progress=print) -> list[SubmissionResult]:
+          memory_mb: int = 4096, shard: tuple[int, int] | None = None, executor: str = "local",
+          scheduler: str | None = None, retries: int = 2, progress=print) -> list[SubmissionResult]:
     """Grade every ``<student>/<lesson>/`` folder under ``submissions``; write the outputs to ``out``.
 
     ``shard=(i, n)`` grades only the submissions that :func:`shard_of` gives to shard ``i`` of ``n``
-    (``--shard I/N``), and records that in ``out`` for :func:`merge`."""
+    (``--shard I/N``), and records that in ``out`` for :func:`merge`. ``executor="dask"`` sends each
+    submission to a judge on a Dask worker (:mod:`course.tools.grading_dask`; an embedded LocalCluster
+    of ``jobs`` workers, or the cluster at ``scheduler``; a submission whose worker dies is retried on
+    another, ``retries`` times); everything else, results included, is written here as for local judges."""
     from course.tools import sandbox
 
     t_start = time.perf_counter()
@@ -555,7 +559,12 @@ def grade(submissions: Path, out: Path, *, timeout: int = 60, lessons: list[str]
     submissions = Path(submissions).resolve()
     if not submissions.is_dir():
         raise SystemExit(f"course grade: {submissions} is not a folder. Expected SUBMISSIONS/<student>/<lesson>/<lesson>.ipynb.")
-    if not unsafe_no_sandbox and sandbox._bwrap() is None:
+    if executor not in ("local", "dask"):
+        raise ValueError(f"executor is 'local' or 'dask', not {executor!r}")
+    if scheduler and executor != "dask":
+        raise ValueError("a scheduler address is for executor='dask'")
+    remote = executor == "dask" and bool(scheduler)     # the sandboxes are on the cluster's machines, not here
+    if not unsafe_no_sandbox and not remote and sandbox._bwrap() is None:
         raise SystemExit("course grade: bubblewrap (bwrap) is not installed. Submissions are untrusted code and are "
                          "only run in a sandbox: " + sandbox.INSTALL_HINT + ".")
     jobs = jobs or os.cpu_count() or 1
@@ -592,7 +601,12 @@ def grade(submissions: Path, out: Path, *, timeout: int = 60, lessons: list[str]
     version = {lesson: _sha256(known[lesson].solution) for lesson in used}    # = the workspace's source/
     todo = sum(1 for student, lesson, folder in items if _needs_judge(previous.get((student, lesson)), folder, lesson,
                                                                        version[lesson]))
-    judges = _Judges(min(jobs, max(1, todo)))
+    if executor == "dask" and todo:
+        from course.tools.grading_dask import DaskJudges
+
+        judges = DaskJudges(min(jobs, max(1, todo)), scheduler, retries)
+    else:
+        judges = _Judges(min(jobs, max(1, todo)))
     if todo:
         judges.start_all()
     startup["scan"] = time.perf_counter() - t_start
@@ -628,7 +642,8 @@ def grade(submissions: Path, out: Path, *, timeout: int = 60, lessons: list[str]
         which = f"shard {shard[0]}/{shard[1]}: " if shard else ""
         again = f" ({len(items) - todo} unchanged since the last run: kept)" if len(items) > todo else ""
         progress(f"course grade: {which}{len(items)} submissions{again}, {judges.jobs if todo else 0} at a time; "
-                 f"isolation: {sandbox.describe(unsafe_no_sandbox, probe=False) if todo else 'none needed'}")
+                 f"isolation: {sandbox.describe(unsafe_no_sandbox, probe=False) if todo else 'none needed'}"
+                 + (f"; on {judges.describe()}" if hasattr(judges, "describe") else ""))
     # The sandbox is not tried before the batch (that would cost as much as starting it): the judges
     # start it, and a sandbox that fails makes a grader-error (re-gradable, never run unsandboxed).
     # Then it is tried once, and if it cannot start on this machine at all the batch stops, saying why.
@@ -708,6 +723,7 @@ def grade(submissions: Path, out: Path, *, timeout: int = 60, lessons: list[str]
         spec = {"notebook": str(clean), "source": str(sources[lesson]), "timeout": timeout,
                 "notebook_timeout": notebook_timeout or max(600, timeout * 20), "scratch_base": str(scratch_base),
                 "sandbox": not unsafe_no_sandbox, "limits": {"memory_mb": memory_mb}, "files": files[lesson],
+                "submission": f"{student}/{lesson}",
                 "release": str(ws.path / "release" / lesson / f"{lesson}.ipynb"), "warm": warm}
         judged = judges.grade(slot, spec)
         res = SubmissionResult(student, lesson, max_score=max_score, sha256=digest)
@@ -758,7 +774,7 @@ def grade(submissions: Path, out: Path, *, timeout: int = 60, lessons: list[str]
                 finish(res)
             with lock:
                 report(res)
-            if res.status == "grader-error" and "sandbox failed" in res.detail and not unsafe_no_sandbox:
+            if res.status == "grader-error" and "sandbox failed" in res.detail and not unsafe_no_sandbox and not remote:
                 ok, why = sandbox.available()
                 if not ok:
                     broken_sandbox.append(why)
@@ -786,7 +802,7 @@ def grade(submissions: Path, out: Path, *, timeout: int = 60, lessons: list[str]
         n = max(1, len(items))
         progress(f"graded {len(items)} submissions in {time.perf_counter() - t0:.1f} s "
                  f"({(time.perf_counter() - t0) / n:.2f} s each with {judges.jobs} jobs)")
-        progress(_startup_line(startup, judges.first, t_start))
+        progress(_startup_line({**startup, **getattr(judges, "phases", {})}, judges.first, t_start))
     return ordered
 
 

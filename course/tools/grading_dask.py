@@ -1,0 +1,230 @@
+"""``course grade --executor dask``: one grading command over a Dask cluster.
+
+Without ``--scheduler`` an embedded ``distributed.LocalCluster`` (on loopback) runs one single-threaded
+worker process per job; with ``--scheduler tcp://host:8786`` an existing cluster does (``dask-ssh``,
+dask-jobqueue on Slurm, the Dask Kubernetes operator): its workers need this course installed, at
+the same version, and bubblewrap, as a grading machine does.
+
+Each worker keeps one warm judge for its lifetime (:class:`JudgePlugin`, a Dask ``WorkerPlugin``):
+its setup starts ``python -m course.tools.judge`` exactly as ``course grade`` does locally
+(:class:`course.tools.grading._Judges`), the judge keeps its warm sandbox between submissions, and
+the plugin's teardown stops it. A task is the submission spec that local judge takes, with the
+files it names carried along (the cleaned notebook, the instructor's source notebook with its
+hidden tests, the released notebook, the lesson's data files): they go from the grader's machine to
+the grader's workers, the trusted side; the sandbox receives nothing it would not receive locally.
+
+The judge's answer comes back to the client, and :func:`course.tools.grading.grade` writes results,
+feedback and gradebook from it exactly as for a local judge (:class:`DaskJudges` has ``_Judges``'s
+interface). A worker that dies while grading (killed, out of memory, a lost machine) makes the
+scheduler give the submission to another worker; one that has been on ``retries + 1`` dying
+workers (Dask's ``KilledWorker``) gets ``grader-error``: re-gradable, never a silent 0.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import threading
+import time
+import uuid
+from pathlib import Path
+
+PLUGIN = "course-judge"
+
+# Tests only (tests/test_grading_scale.py): "student/lesson=once,student/lesson=always" makes the
+# worker process that receives that submission exit at once, as a worker killed mid-batch does;
+# "once" leaves a marker in COURSE_DASK_TEST_CRASH_DIR so that the retry is graded.
+_CRASH = "COURSE_DASK_TEST_CRASH"
+
+
+class JudgePlugin:
+    """A worker's warm judge (``distributed.WorkerPlugin`` protocol: ``setup``/``teardown``)."""
+
+    name = PLUGIN
+
+    def setup(self, worker=None):
+        from course.tools.grading import _Judges
+
+        self.scratch = Path(tempfile.mkdtemp(prefix="course-dask-"))
+        os.chmod(self.scratch, 0o711)              # as a local batch's scratch: sandboxes get their own folders in it
+        self.lessons: dict[str, dict] = {}
+        self.lock = threading.Lock()
+        self.judges = _Judges(1)
+        self.judges.start_all()                    # imports its libraries before the first submission arrives
+
+    def teardown(self, worker=None):
+        self.judges.close()
+        shutil.rmtree(self.scratch, ignore_errors=True)
+
+    def _lesson(self, bundle: dict) -> dict:
+        """The lesson's files on this worker, written once per lesson version."""
+        key = bundle["hash"]
+        if key not in self.lessons:
+            folder = self.scratch / "lessons" / key
+            (folder / "files").mkdir(parents=True, exist_ok=True)
+            (folder / "source.ipynb").write_text(bundle["source"], encoding="utf-8")
+            (folder / "release.ipynb").write_text(bundle["release"], encoding="utf-8")
+            files = []
+            for name, data in bundle["files"].items():
+                path = folder / "files" / Path(name).name
+                path.write_bytes(data)
+                files.append(str(path))
+            self.lessons[key] = {"source": str(folder / "source.ipynb"), "release": str(folder / "release.ipynb"),
+                                 "files": files}
+        return self.lessons[key]
+
+    def grade(self, task: dict) -> dict:
+        with self.lock:                            # one submission at a time per judge (single-threaded workers)
+            paths = self._lesson(task["lesson"])
+            notebook = self.scratch / "submission.ipynb"
+            notebook.write_text(task["notebook"], encoding="utf-8")
+            spec = dict(task["spec"], notebook=str(notebook), scratch_base=str(self.scratch), **paths)
+            return self.judges.grade(0, spec)
+
+
+def _crash_if_asked(submission: str) -> None:
+    rules = os.environ.get(_CRASH)
+    if not rules:
+        return
+    for rule in rules.split(","):
+        who, _, how = rule.partition("=")
+        if who != submission:
+            continue
+        marker = Path(os.environ.get(f"{_CRASH}_DIR", tempfile.gettempdir())) / who.replace("/", "__")
+        if how == "always" or not marker.exists():
+            marker.touch()
+            os._exit(1)
+
+
+def grade_on_worker(task: dict) -> dict:
+    """The task a worker runs: its plugin's warm judge grades one submission."""
+    from distributed import get_worker
+
+    _crash_if_asked(task["submission"])
+    return get_worker().plugins[PLUGIN].grade(task)
+
+
+def _worker_plugin():
+    from distributed import WorkerPlugin
+
+    class CourseJudgePlugin(JudgePlugin, WorkerPlugin):
+        pass
+
+    return CourseJudgePlugin()
+
+
+class DaskJudges:
+    """``_Judges``'s interface (``jobs``, ``first``, ``start_all``, ``grade``, ``close``) over Dask."""
+
+    def __init__(self, jobs: int, scheduler: str | None = None, retries: int = 2):
+        try:
+            import distributed  # noqa: F401
+        except ImportError:
+            raise SystemExit("course grade --executor dask needs Dask: pip install 'course[dask]'") from None
+        self.scheduler, self.retries = scheduler, max(0, int(retries))
+        self.jobs = max(1, int(jobs))
+        self.first: list[tuple] = []
+        self.phases: dict[str, float] = {}
+        self.client = self.cluster = None
+        self._ready = threading.Event()
+        self._error: BaseException | None = None
+        self._bundles: dict[str, dict] = {}
+        self._t0 = time.perf_counter()
+        if scheduler:                              # the cluster decides how many submissions run at a time
+            self._connect()
+            threads = sum(w.get("nthreads", 1) for w in self.client.scheduler_info()["workers"].values())
+            self.jobs = max(1, threads)
+
+    def describe(self) -> str:
+        if self.scheduler:
+            return f"Dask cluster at {self.scheduler} ({self.jobs} worker threads)"
+        return f"embedded Dask LocalCluster ({self.jobs} single-threaded workers)"
+
+    def _connect(self) -> None:
+        import dask
+        from distributed import Client, LocalCluster
+
+        t = time.perf_counter()
+        # One task per worker at a time (the others wait on the scheduler, not behind a worker that may die).
+        dask.config.set({"distributed.scheduler.worker-saturation": 1.0})
+        if self.scheduler:
+            self.client = Client(self.scheduler, timeout="30s")
+            self.client.wait_for_workers(1, timeout=120)
+        else:
+            import logging
+
+            # allowed-failures: how many dying workers a submission may be on before it is KilledWorker.
+            dask.config.set({"distributed.scheduler.allowed-failures": self.retries})
+            self.cluster = LocalCluster(n_workers=self.jobs, threads_per_worker=1, processes=True, host="127.0.0.1",
+                                        dashboard_address=None, memory_limit=0, silence_logs=logging.CRITICAL)
+            self.client = Client(self.cluster)
+        self.client.register_plugin(_worker_plugin(), name=PLUGIN)
+        self.phases["dask cluster"] = time.perf_counter() - t
+
+    def start_all(self) -> None:
+        """Start the embedded cluster (its workers start their judges) while the batch is prepared."""
+        if self.client is not None:
+            self._ready.set()
+            return
+
+        def start():
+            try:
+                self._connect()
+            except BaseException as exc:  # noqa: BLE001 - reported by grade()
+                self._error = exc
+            finally:
+                self._ready.set()
+
+        threading.Thread(target=start, daemon=True).start()
+
+    def _bundle(self, spec: dict) -> dict:
+        source = spec["source"]
+        if source not in self._bundles:
+            import hashlib
+
+            files = {Path(p).name: Path(p).read_bytes() for p in sorted(spec.get("files", []))}
+            bundle = {"source": Path(source).read_text(encoding="utf-8"),
+                      "release": Path(spec["release"]).read_text(encoding="utf-8") if spec.get("release") else "",
+                      "files": files}
+            digest = hashlib.sha256(bundle["source"].encode() + b"\0" + bundle["release"].encode())
+            for name, data in files.items():
+                digest.update(b"\0" + name.encode() + b"\0" + data)
+            self._bundles[source] = dict(bundle, hash=digest.hexdigest()[:32])   # a worker writes each version once
+        return self._bundles[source]
+
+    def grade(self, slot: int, spec: dict) -> dict:
+        from distributed import KilledWorker
+
+        if self.client is None and not self._ready.is_set():
+            self.start_all()
+        self._ready.wait()
+        if self._error is not None or self.client is None:
+            return {"error": f"the Dask cluster did not start: {type(self._error).__name__}: {self._error}"}
+        submission = spec.get("submission", "")
+        task = {"submission": submission, "notebook": Path(spec["notebook"]).read_text(encoding="utf-8"),
+                "lesson": self._bundle(spec),
+                "spec": {k: v for k, v in spec.items() if k not in ("notebook", "source", "release", "files", "scratch_base")}}
+        asked = time.perf_counter()
+        future = self.client.submit(grade_on_worker, task, key=f"grade-{submission.replace('/', '-')}-{uuid.uuid4().hex}",
+                                    pure=False, retries=self.retries)
+        try:
+            answer = future.result()
+        except KilledWorker:
+            answer = {"error": f"the Dask worker grading it died {self.retries + 1} times (KilledWorker): not graded, "
+                               "grade it again"}
+        except Exception as exc:  # noqa: BLE001 - a lost cluster, a worker without the course: re-gradable
+            answer = {"error": f"Dask could not grade it ({type(exc).__name__}: {str(exc)[:300]})"}
+        finally:
+            future.release()
+        if isinstance(answer, dict) and "error" not in answer:
+            self.first.append((self._t0, asked, time.perf_counter(), answer.get("phases", {})))
+        return answer
+
+    def close(self) -> None:
+        for thing in (self.client, self.cluster):
+            if thing is not None:
+                try:
+                    thing.close()
+                except Exception:  # noqa: BLE001 - closing at the end of a batch
+                    pass
