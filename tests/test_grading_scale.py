@@ -210,56 +210,54 @@ def test_merge_refuses_overlapping_incomplete_or_stale_shards(graded_shards):
 CRASH = "COURSE_DASK_TEST_CRASH"     # course/tools/grading_dask.py: a worker exits on that submission
 
 
-def _dask_grade(subs: Path, out: Path, crash: str, marks: Path, *extra: str) -> subprocess.CompletedProcess:
-    pytest.importorskip("distributed", reason="Dask not installed (pip install 'course[dask]')")
-    env = {**os.environ, CRASH: crash, f"{CRASH}_DIR": str(marks)}
-    return subprocess.run([COURSE, "grade", str(subs), "--out", str(out), "--jobs", "2", "--executor", "dask", *extra],
-                          capture_output=True, text=True, timeout=600, env=env)
-
-
-@pytest.mark.slow
-def test_dask_executor_grades_as_local_judges_even_when_a_worker_dies(graded_shards):
-    """An embedded 2-worker LocalCluster gives the grades.csv of local judges, byte for byte, while the
-    worker grading ada's notebook dies once (its submission is given to another worker): every
-    submission graded once, ada's for full marks, none a silent 0."""
-    tmp, subs, _ = graded_shards
-    marks = tmp / "dask-marks"
-    marks.mkdir()
-    proc = _dask_grade(subs, tmp / "dask", f"ada/{SMALL}=once", marks)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert "embedded Dask LocalCluster (2 single-threaded workers)" in proc.stdout, proc.stdout[-2000:]
-    assert (marks / f"ada__{SMALL}").exists(), "the worker was not killed: the test proves nothing"
-    whole, dask = tmp / "whole", tmp / "dask"
-    assert (dask / "grades.csv").read_bytes() == (whole / "grades.csv").read_bytes()
-    rows = json.loads((dask / "results.json").read_text())
-    assert sorted((r["student"], r["lesson"]) for r in rows) == sorted(results_by_key(whole / "results.json"))
-    w = results_by_key(whole / "results.json")
-    for r in rows:
-        assert [c["points"] for c in r["cells"]] == [c["points"] for c in w[(r["student"], r["lesson"])]["cells"]]
-        assert Path(r["feedback"]).is_file() and str(dask) in r["feedback"]
-    assert proc.stdout.count(f"ada/{SMALL}: 13/13 graded") == 1, proc.stdout[-3000:]
-
-
-@pytest.mark.slow
-def test_dask_submission_that_kills_every_worker_is_a_grader_error(graded_shards, tmp_path):
-    """A submission whose workers all die (--retries 1: two of them) is a grader-error, to grade again;
-    the batch goes on and the others are graded."""
+@pytest.fixture(scope="module")
+def dask_graded(graded_shards):
+    """The fixture's 4 submissions and zed's (a copy of ada's), by `--executor dask --retries 1` on an
+    embedded 2-worker cluster, while the worker that receives ada's dies once (the submission goes to
+    another worker) and every worker that receives zed's dies (twice: then it is KilledWorker)."""
     import shutil
 
-    tmp, _, _ = graded_shards
-    subs = tmp_path / "subs"
-    for student in ("ada", "zed"):
-        shutil.copytree(tmp / "subs" / ("ada" if student == "zed" else student), subs / student)
-    out = tmp_path / "out"
-    shutil.copytree(tmp / "whole", out)                 # the lesson's assignment is generated already
-    proc = _dask_grade(subs, out, f"zed/{SMALL}=always", tmp_path, "--retries", "1", "--regrade")
-    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
-    r = results_by_key(out / "results.json")
-    assert set(r) == {("ada", SMALL), ("zed", SMALL)}
-    assert r[("ada", SMALL)]["status"] == "graded" and r[("ada", SMALL)]["score"] == 13
-    zed = r[("zed", SMALL)]
-    assert zed["status"] == "grader-error" and "died 2 times (KilledWorker)" in zed["detail"], zed
-    assert "zed,00_softmax_lookup,0,13,grader-error" in (out / "grades.csv").read_text()
+    pytest.importorskip("distributed", reason="Dask not installed (pip install 'course[dask]')")
+    tmp, subs, _ = graded_shards
+    mixed = tmp / "subs-dask"
+    shutil.copytree(subs, mixed)
+    shutil.copytree(subs / "ada", mixed / "zed")
+    marks = tmp / "dask-marks"
+    marks.mkdir()
+    env = {**os.environ, CRASH: f"ada/{SMALL}=once,zed/{SMALL}=always", f"{CRASH}_DIR": str(marks)}
+    proc = subprocess.run([COURSE, "grade", str(mixed), "--out", str(tmp / "dask"), "--jobs", "2", "--executor", "dask",
+                           "--retries", "1"], capture_output=True, text=True, timeout=600, env=env)
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]      # 1: zed's needs a look
+    assert "embedded Dask LocalCluster (2 single-threaded workers)" in proc.stdout, proc.stdout[-2000:]
+    assert (marks / f"ada__{SMALL}").exists(), "no worker was killed: the test would prove nothing"
+    return tmp, proc.stdout
+
+
+@pytest.mark.slow
+def test_dask_executor_grades_as_local_judges(dask_graded):
+    """The same grades.csv as local judges, byte for byte (plus zed's grader-error line), the same points
+    per test, feedback written by the client: ada's worker died mid-batch and changed nothing."""
+    tmp, said = dask_graded
+    whole, dask = tmp / "whole", tmp / "dask"
+    expected = (whole / "grades.csv").read_bytes() + f"zed,{SMALL},0,13,grader-error\n".encode()
+    assert (dask / "grades.csv").read_bytes() == expected
+    w = results_by_key(whole / "results.json")
+    for key, r in results_by_key(dask / "results.json").items():
+        if key[0] != "zed":
+            assert [c["points"] for c in r["cells"]] == [c["points"] for c in w[key]["cells"]], key
+            assert r["status"] == w[key]["status"] and Path(r["feedback"]).is_file() and str(dask) in r["feedback"]
+
+
+@pytest.mark.slow
+def test_dask_worker_deaths_grade_each_submission_once_never_a_silent_zero(dask_graded):
+    tmp, said = dask_graded
+    rows = json.loads((tmp / "dask" / "results.json").read_text())
+    keys = [(r["student"], r["lesson"]) for r in rows]
+    assert sorted(keys) == sorted(set(keys)) and len(keys) == 5                     # each exactly once
+    assert said.count(f"ada/{SMALL}: 13/13 graded") == 1, said[-3000:]             # retried, graded once
+    zed = results_by_key(tmp / "dask" / "results.json")[("zed", SMALL)]
+    assert zed["status"] == "grader-error" and "died 2 times (KilledWorker)" in zed["detail"], zed   # re-gradable
+    assert all(r["status"] == "graded" for r in rows if r["student"] != "zed")
 
 
 def _postgres_bin() -> Path | None:
