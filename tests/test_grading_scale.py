@@ -108,9 +108,10 @@ def graded_shards(tmp_path_factory):
     write_submission(subs, "cy", SMALL, build_submission(SMALL, planted["softmax_wrong_axis"]["replace"]))
     write_submission(subs, "dee", SMALL, build_submission(SMALL, planted["lookup_returns_keys"]["replace"]))
     runs = {}
+    env = {**os.environ, "COURSE_GRADE_CACHE": str(tmp / "assignment-cache")}
     for name, extra in (("whole", []), ("s0", ["--shard", "0/2"]), ("s1", ["--shard", "1/2"])):
         proc = subprocess.run([COURSE, "grade", str(subs), "--out", str(tmp / name), "--jobs", "2"] + extra,
-                              capture_output=True, text=True, timeout=600)
+                              capture_output=True, text=True, timeout=600, env=env)
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
         runs[name] = proc.stdout
     return tmp, subs, runs
@@ -162,6 +163,24 @@ def test_merged_shards_equal_one_grade(graded_shards):
         assert p.read_bytes() == data, p
         if p.suffix in (".html", ".ipynb", ".db"):
             assert p.stat().st_mtime_ns == mtime, f"{p} rewritten"
+
+
+@pytest.mark.slow
+def test_a_new_grading_folder_takes_the_generated_assignment_from_the_cache(graded_shards):
+    """`whole` generated lesson 00 with nbgrader and stored it; each shard, a new folder, copied it
+    (no generate_assignment): the same released notebook, and a gradebook that takes the scores."""
+    tmp, _, runs = graded_shards
+    startup = {name: next(ln for ln in said.splitlines() if ln.startswith("start-up:")) for name, said in runs.items()}
+    assert "assignment (cached)" not in startup["whole"] and "assignment (cached)" in startup["s0"], startup
+    assert "assignment (cached)" in startup["s1"], startup
+    release = Path("release") / SMALL / f"{SMALL}.ipynb"
+    assert (tmp / "s1" / release).read_bytes() == (tmp / "whole" / release).read_bytes()
+    whole = results_by_key(tmp / "whole" / "results.json")
+    for shard in ("s0", "s1"):
+        rows = results_by_key(tmp / shard / "results.json")
+        assert not any("gradebook not updated" in r["detail"] for r in rows.values()), rows
+        scores = _gradebook_scores(f"sqlite:///{tmp / shard / 'gradebook.db'}")
+        assert scores == {key: whole[key]["score"] for key in rows} and len(scores) == len(rows) > 0
 
 
 @pytest.mark.slow

@@ -450,6 +450,77 @@ def _sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+def _load_gradebook_library() -> None:
+    try:
+        from course.tools.workspace import in_process_alembic_head
+
+        in_process_alembic_head()
+    except Exception:  # noqa: BLE001 - imported again, with its error, where it is used
+        pass
+
+
+def _assignment_cache() -> Path:
+    """Where generated assignments are kept between grading folders: ``$COURSE_GRADE_CACHE``, else
+    ``.state/grading-cache`` in the checkout (ignored by git; delete it at will)."""
+    from course.tools.lab import state_dir
+
+    value = os.environ.get("COURSE_GRADE_CACHE")
+    return Path(value).expanduser().resolve() if value else state_dir() / "grading-cache"
+
+
+def _generate_assignments(ws: Workspace, lessons: list[str], *, fresh: bool) -> bool:
+    """nbgrader's ``generate_assignment`` for each lesson into ``ws`` (its ``release/`` and gradebook),
+    once per lesson version (:meth:`Workspace.generate_cached`). A new grading folder with an SQLite
+    gradebook (every shard, every fresh ``--out``) copies them from the assignment cache when this set
+    of lesson versions was generated before (the gradebook then holds the assignments and no student),
+    else generates them and stores them there. True when they came from the cache."""
+    from importlib.metadata import version as _version
+
+    sqlite = fresh and ws.db_url == f"sqlite:///{ws.db_path}" and not ws.db_path.exists()
+    folder = None
+    if sqlite:
+        from course.tools.lessons import root
+
+        # `import nbgrader` takes a second (its server extensions): its version, from the metadata
+        key = hashlib.sha256(f"{_version('nbgrader')}\0{ws.course_id}\0".encode())
+        config = root() / "autograde" / "nbgrader_config.py"      # the settings generate_assignment reads
+        key.update(config.read_bytes() if config.is_file() else b"")
+        for lesson in sorted(lessons):
+            key.update(f"\0{lesson}\0{ws.source_digest(lesson)}".encode())
+        folder = _assignment_cache() / key.hexdigest()[:40]
+        if (folder / "gradebook.db").is_file() and all((folder / "release" / l).is_dir() for l in lessons):
+            try:
+                tmp = ws.path / ".gradebook.db.cached"
+                shutil.copyfile(folder / "gradebook.db", tmp)
+                for lesson in lessons:
+                    dst = ws.path / "release" / lesson
+                    if dst.exists():
+                        shutil.rmtree(dst)
+                    shutil.copytree(folder / "release" / lesson, dst)
+                os.replace(tmp, ws.db_path)
+                for lesson in lessons:
+                    ws.mark_generated(lesson)
+                return True
+            except OSError:
+                pass                         # generated below as without a cache
+    for lesson in lessons:
+        ws.generate_cached(lesson)
+    if folder is not None:
+        try:                                 # built aside, then renamed: shards storing at once cannot mix
+            folder.parent.mkdir(parents=True, exist_ok=True)
+            tmp = Path(tempfile.mkdtemp(prefix=".new-", dir=folder.parent))
+            shutil.copyfile(ws.db_path, tmp / "gradebook.db")
+            for lesson in lessons:
+                shutil.copytree(ws.path / "release" / lesson, tmp / "release" / lesson)
+            try:
+                os.rename(tmp, folder)
+            except OSError:                  # another run stored it first
+                shutil.rmtree(tmp, ignore_errors=True)
+        except OSError:
+            pass                             # the cache is an optimisation: grading goes on without it
+    return False
+
+
 class _Judges:
     """``jobs`` judge processes (``python -m course.tools.judge``), each grading one notebook at a time."""
 
@@ -618,8 +689,8 @@ def grade(submissions: Path, out: Path, *, timeout: int = 60, lessons: list[str]
         startup["workspace"] = time.perf_counter() - t
         t = time.perf_counter()
         sources, releases, lesson_hash, files = {}, {}, {}, {}
+        from_cache = _generate_assignments(ws, used, fresh=not had_gradebook)
         for lesson in used:
-            ws.generate_cached(lesson)
             sources[lesson] = ws.path / "source" / lesson / f"{lesson}.ipynb"
             releases[lesson] = nbformat.read(str(ws.path / "release" / lesson / f"{lesson}.ipynb"), as_version=4)
             lesson_hash[lesson] = _sha256(sources[lesson])
@@ -628,7 +699,9 @@ def grade(submissions: Path, out: Path, *, timeout: int = 60, lessons: list[str]
         source_nbs = {l: nbformat.read(str(p), as_version=4) for l, p in sources.items()}
         hidden = {l: _hidden_lines(source_nbs[l], releases[l]) for l in used}
         warm = sorted({m for l in used for m in _imported_modules(source_nbs[l])})
-        startup["assignment"] = time.perf_counter() - t
+        startup["assignment" + (" (cached)" if from_cache else "")] = time.perf_counter() - t
+        if todo:      # the gradebook's library (a second to import) loads while the judges start
+            threading.Thread(target=_load_gradebook_library, daemon=True).start()
     except BaseException:
         judges.close()
         raise
@@ -944,9 +1017,9 @@ def merge(inputs: list[Path], out: Path, *, db_url: str | None = None, progress=
             raise MergeError(f"{folder} graded {lesson} against another version of the lesson than "
                              + (f"{', '.join(others)} and " if others else "") + "this checkout's solutions/ "
                              f"(e.g. {student}/{lesson}): grade that shard again with this version")
+    had_gradebook = (out / "gradebook.db").is_file()
     ws = Workspace(out, db_url=db_url).prepare(used)
-    for lesson in used:
-        ws.generate_cached(lesson)
+    _generate_assignments(ws, used, fresh=not had_gradebook)
 
     record = out / ".course-merged.json"
     previous = {}

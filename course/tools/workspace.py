@@ -99,25 +99,47 @@ class Workspace:
     def generate_cached(self, lesson_id: str) -> Path:
         """``generate`` once per version of the lesson: skipped when ``source/<id>/`` is unchanged since
         the last time (its hash is kept in ``.course-generated.json``) and the release exists."""
-        import hashlib
         import json
 
-        digest = hashlib.sha256(self.db_url.encode() + b"\0")     # another gradebook: generate into it too
+        try:
+            seen = json.loads((self.path / ".course-generated.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            seen = {}
+        released = self.path / "release" / lesson_id / f"{lesson_id}.ipynb"
+        if seen.get(lesson_id) == self._generated_key(lesson_id) and released.is_file() and self._gradebook_has(lesson_id):
+            return released
+        path = self.generate(lesson_id)
+        self.mark_generated(lesson_id)
+        return path
+
+    def _generated_key(self, lesson_id: str) -> str:
+        import hashlib
+
+        # another gradebook: generate into it too
+        return hashlib.sha256(self.db_url.encode() + b"\0" + self.source_digest(lesson_id).encode()).hexdigest()
+
+    def source_digest(self, lesson_id: str) -> str:
+        """SHA-256 of ``source/<id>/`` (every file's path and bytes): the lesson's version."""
+        import hashlib
+
+        digest = hashlib.sha256()
         src = self.path / "source" / lesson_id
         for f in sorted(p for p in src.rglob("*") if p.is_file()):
             digest.update(str(f.relative_to(src)).encode() + b"\0" + f.read_bytes())
+        return digest.hexdigest()
+
+    def mark_generated(self, lesson_id: str) -> None:
+        """Record that ``release/<id>/`` and the gradebook hold this version of the lesson (as
+        :meth:`generate_cached` does after generating it), e.g. after copying them from a cache."""
+        import json
+
         stamp = self.path / ".course-generated.json"
         try:
             seen = json.loads(stamp.read_text(encoding="utf-8"))
         except (OSError, ValueError):
             seen = {}
-        released = self.path / "release" / lesson_id / f"{lesson_id}.ipynb"
-        if seen.get(lesson_id) == digest.hexdigest() and released.is_file() and self._gradebook_has(lesson_id):
-            return released
-        path = self.generate(lesson_id)
-        seen[lesson_id] = digest.hexdigest()
+        seen[lesson_id] = self._generated_key(lesson_id)
         stamp.write_text(json.dumps(seen, indent=1), encoding="utf-8")
-        return path
 
     def _gradebook_has(self, lesson_id: str) -> bool:
         if self.db_url == f"sqlite:///{self.db_path}":
