@@ -426,6 +426,28 @@ def test_kubernetes_templates_run_real_course_commands():
     assert len(claims) == 1, "shards and merge must share one volume"
 
 
+def test_readme_grading_commands_parse():
+    """Every `course grade` command of the README's "Grading a large class" section, as typed, is
+    accepted by the course's parser; the Dask ones select the Dask executor."""
+    import re
+    import shlex
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    section = readme.split("## Grading a large class", 1)[1].split("\n## ", 1)[0]
+    commands = []
+    for block in re.findall(r"```\n(.*?)```", section, re.S):
+        for line in block.splitlines():
+            m = re.search(r"(?:\.venv/bin/)?course (grade .*)", line)
+            if m:
+                commands.append(shlex.split(m.group(1).split(" ::: ")[0].replace("{}", "0"), comments=True))   # GNU parallel's {}
+    dask = [c for c in commands if "dask" in c]
+    assert len(commands) >= 5 and len(dask) >= 3, commands
+    for argv in commands:
+        args = _parse(argv)
+        assert args.command in ("grade", "grade merge"), argv
+        if argv in dask:
+            assert args.executor == "dask" and args.scheduler.startswith("tcp://"), argv
+
 # Item 5: the batch's start-up cost.
 
 @pytest.mark.slow
