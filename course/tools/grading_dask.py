@@ -132,7 +132,11 @@ class DaskJudges:
         self._bundles: dict[str, dict] = {}
         self._t0 = time.perf_counter()
         if scheduler:                              # the cluster decides how many submissions run at a time
-            self._connect()
+            try:
+                self._connect()
+            except Exception as exc:  # noqa: BLE001 - an unreachable address, no worker, another Dask version
+                raise SystemExit(f"course grade: no Dask cluster to grade on at {scheduler} "
+                                 f"({type(exc).__name__}: {str(exc)[:300]}); nothing was graded") from None
             threads = sum(w.get("nthreads", 1) for w in self.client.scheduler_info()["workers"].values())
             self.jobs = max(1, threads)
 
