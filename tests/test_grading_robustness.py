@@ -282,3 +282,30 @@ def test_a_sandbox_that_fails_is_a_grader_error_not_a_zero(tmp_path, monkeypatch
         assert r["status"] == "grader-error" and r["score"] == 0, r
         assert "sandbox failed" in r["detail"], r["detail"]
     assert len(calls) == 2                                     # the re-run graded it again
+
+
+HOLD_EVERY_THREAD = """
+import threading, time
+threading.stack_size(64 * 1024)
+held = []
+while True:
+    try:
+        t = threading.Thread(target=time.sleep, args=(3600,), daemon=True)
+        t.start()
+        held.append(t)
+    except RuntimeError:
+        break
+def f():
+    return 1
+"""
+
+
+def test_a_notebook_at_its_process_limit_ends_without_restarts(tmp_path):
+    """A learner's cell that holds every thread its sandbox may have leaves no room for the tests' fork.
+    Restarting would replay that cell into the same state (six times, each a new sandbox and a replay):
+    the notebook ends at the first test instead, with a message that says why."""
+    source, sub = _lesson(tmp_path, HOLD_EVERY_THREAD, "assert f() == 1", after="x = 1")
+    result = _judge(tmp_path, source, sub, timeout=5, limits={"processes": 48})
+    cell = result["cells"][0]
+    assert not cell["passed"] and "every process and thread" in cell["message"], result
+    assert result["events"] == ["died: process limit reached (cell 2); the notebook was stopped there"], result["events"]

@@ -65,6 +65,10 @@ class _Exit(BaseException):
     """The judge is done with this submission."""
 
 
+class _NoFork(Exception):
+    """The test's fork could not start (the sandbox's process limit is reached)."""
+
+
 def _tensors(value, out=None, depth=0) -> list:
     """The tensors in a call's arguments, in the order the judge walks them (lists, tuples, dicts)."""
     import torch
@@ -273,7 +277,12 @@ class Worker:
         """Fork: the child serves this test cell's requests, then exits; the parent waits, so nothing the
         test sent survives into later cells. Returns True in the child."""
         r, w = os.pipe()
-        pid = os.fork()
+        try:
+            pid = os.fork()
+        except OSError as exc:          # EAGAIN: the learner's code holds every process and thread it may have
+            os.close(r)
+            os.close(w)
+            raise _NoFork(str(exc)) from None
         if pid == 0:
             os.close(r)
             self.test_fd = w
@@ -304,7 +313,12 @@ class Worker:
             except wire.WireError:
                 return
             if isinstance(req, dict) and req.get("op") == "test-begin":
-                if self.test_fd is not None or self.test_begin():
+                try:
+                    forked = self.test_fd is not None or self.test_begin()
+                except _NoFork as exc:  # the judge ends the notebook: a restart would replay the same cells
+                    self.send({"ok": False, "error": {"type": "NoFork", "message": str(exc)[:200]}})
+                    continue
+                if forked:
                     self.send({"ok": True, "value": "forked"})
                 continue                # (the parent says nothing: the child answered)
             if isinstance(req, dict) and req.get("op") == "test-end":
