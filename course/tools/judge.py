@@ -168,7 +168,7 @@ class Remote:
 
     def __call__(self, *args, **kwargs):
         return self._r("call", args=_outgoing(args), kwargs=_outgoing(kwargs), grad=torch.is_grad_enabled(),
-                       mutable=_tensors((args, kwargs)))
+                       mutable=wire.tensors((args, kwargs)))
 
     def __getitem__(self, key):
         return self._r("getitem", key=_outgoing(key))
@@ -205,22 +205,6 @@ class Remote:
 
 
 _ATOMS = frozenset({str, int, float, bool, type(None), bytes, complex})
-
-
-def _tensors(value, out=None, depth=0) -> list:
-    """The judge's tensors in a call's arguments, in the order the worker walks its copies."""
-    out = [] if out is None else out
-    if isinstance(value, Remote) or type(value) is Remote:
-        return out
-    if isinstance(value, torch.Tensor):
-        out.append(value)
-    elif type(value) in (list, tuple) and depth < 50:
-        for v in value:
-            _tensors(v, out, depth + 1)
-    elif type(value) is dict and depth < 50:
-        for v in value.values():
-            _tensors(v, out, depth + 1)
-    return out
 
 
 def _copy_back(originals: list, mutated: list) -> None:

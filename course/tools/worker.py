@@ -69,22 +69,6 @@ class _NoFork(Exception):
     """The test's fork could not start (the sandbox's process limit is reached)."""
 
 
-def _tensors(value, out=None, depth=0) -> list:
-    """The tensors in a call's arguments, in the order the judge walks them (lists, tuples, dicts)."""
-    import torch
-
-    out = [] if out is None else out
-    if isinstance(value, torch.Tensor):
-        out.append(value)
-    elif type(value) in (list, tuple) and depth < 50:
-        for v in value:
-            _tensors(v, out, depth + 1)
-    elif type(value) is dict and depth < 50:
-        for v in value.values():
-            _tensors(v, out, depth + 1)
-    return out
-
-
 def _raw(t):
     import torch
 
@@ -247,8 +231,8 @@ class Worker:
             if op == "call":
                 # Tensors the judge passed are copies: any the call changed in place travel back, so
                 # the test sees the change as it would in the notebook.
+                tensors = self.wire.tensors((req["args"], req["kwargs"]))     # before handles are resolved
                 args, kwargs = self.resolve(req["args"]), self.resolve(req["kwargs"])
-                tensors = _tensors((args, kwargs))
                 before = [(t._version, _raw(t)) for t in tensors]
                 reply = self.answer(obj(*args, **kwargs))
                 changed = [[i, t.detach()] for i, (t, (version, raw)) in enumerate(zip(tensors, before))
