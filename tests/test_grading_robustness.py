@@ -309,3 +309,15 @@ def test_a_notebook_at_its_process_limit_ends_without_restarts(tmp_path):
     cell = result["cells"][0]
     assert not cell["passed"] and "every process and thread" in cell["message"], result
     assert result["events"] == ["died: process limit reached (cell 2); the notebook was stopped there"], result["events"]
+
+
+def test_the_worker_loads_the_forbidden_call_check_before_it_forks():
+    """The check of forbidden calls loads some 800 modules the first time it runs (about 2 s): the worker
+    runs it once before the zygote forks, so no submission pays that again (it did, once per submission)."""
+    code = ("import sys, torch\nfrom course import forbidden\nfrom course.tools import worker\nworker._warm_checks()\n"
+            "before = set(sys.modules)\n"
+            "with forbidden.Guard(('scaled_dot_product_attention',), 'test', limit=1000):\n"
+            "    q = torch.randn(1, 4, 8)\n    (q @ q.transpose(-2, -1)).softmax(-1) @ q\n"
+            "print(sorted(set(sys.modules) - before)[:5])")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0 and proc.stdout.strip() == "[]", proc.stdout[-1000:] + proc.stderr[-2000:]

@@ -556,6 +556,21 @@ def _zygote(ctrl_fd: int, keep: dict[str, frozenset]) -> None:
         say(ev="clean" if clean else "dirty", removed=removed)
 
 
+def _warm_checks() -> None:
+    """Run the check of forbidden calls once, on a small tensor: its first use loads some 800 modules of
+    PyTorch's dispatch machinery (about 2 s). Done before the zygote forks, every worker starts with them
+    loaded instead of paying it again per submission."""
+    import torch
+
+    from course import forbidden
+
+    try:
+        with forbidden.Guard(("softmax",), "warm up", limit=1 << 30):
+            torch.ones(2, 2).tril().sum()
+    except Exception:  # noqa: BLE001 - a check that fails here fails again, visibly, where a test uses it
+        pass
+
+
 def _warm(lists: list[str]) -> None:
     """Import the modules the lessons import (named by the judge from the instructor's notebooks), so
     that each forked worker finds them loaded. One that fails is left for the notebook to report."""
@@ -588,6 +603,7 @@ def main() -> None:
     import course  # noqa: F401
     from course import checks  # noqa: F401
     _PRISTINE.update(Worker._integrity())
+    _warm_checks()
     _warm([a.split("=", 1)[1] for a in sys.argv if a.startswith("--warm=")])
     ctrl = [a.split("=", 1)[1] for a in sys.argv if a.startswith("--zygote=")]
     if ctrl and os.getpid() == 1:
