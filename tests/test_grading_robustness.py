@@ -321,3 +321,40 @@ def test_the_worker_loads_the_forbidden_call_check_before_it_forks():
             "print(sorted(set(sys.modules) - before)[:5])")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0 and proc.stdout.strip() == "[]", proc.stdout[-1000:] + proc.stderr[-2000:]
+
+
+def test_a_test_cell_whose_checks_run_past_the_limit_ends_its_judge_not_the_batch(tmp_path):
+    """The judge's own work on a learner's answer (here attention over a sequence as long as the learner's
+    function says: minutes of one C kernel) ends at the watchdog's deadline (1.5 x the cell's limit + 2 s):
+    that cell gets a timeout verdict, the judge says it exits and does, before it reads the next student
+    (whom the grader gives to a fresh judge), and leaves no process of the sandbox behind."""
+    import os
+    import select
+
+    from course.tools import sandbox
+
+    if not sandbox.available()[0]:
+        pytest.skip("bubblewrap is not available here: " + sandbox.available()[1])
+    test = ("import torch.nn.functional as F\nq = torch.randn(1, 1, f(), 64)\n"
+            "F.scaled_dot_product_attention(q, q, q)")
+    source, sub = _lesson(tmp_path, "def f():\n    return 160_000", test)     # minutes here, on one thread
+    honest = tmp_path / "honest.ipynb"
+    nbformat.write(nbformat.read(str(sub), as_version=4), str(honest))
+    spec = {"source": str(source), "timeout": 2, "scratch_base": str(tmp_path), "sandbox": True}
+    judge = subprocess.Popen([sys.executable, "-m", "course.tools.judge"], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, start_new_session=True)
+    try:
+        judge.stdin.write(json.dumps({**spec, "notebook": str(sub)}) + "\n" +
+                          json.dumps({**spec, "notebook": str(honest)}) + "\n")
+        judge.stdin.flush()
+        ready = select.select([judge.stdout], [], [], 240)[0]      # the kernel alone runs for minutes
+        verdict = json.loads(judge.stdout.readline()) if ready else {}
+        assert verdict.get("judge_exits") and verdict["events"][0].startswith("timeout: test cell test_f"), verdict
+        assert verdict["cells"][0]["points"] == 0
+        assert judge.wait(timeout=60) == 3 and judge.stdout.read() == ""   # the next student was not graded here
+        left = [p.name for p in Path("/proc").iterdir() if p.name.isdigit()
+                and str(tmp_path) in (p / "cmdline").read_bytes().decode(errors="replace")]
+        assert not left, left
+    finally:
+        if judge.poll() is None:
+            os.killpg(judge.pid, 9)
