@@ -85,10 +85,12 @@ def build(cfg, device):
     return ours.train(), theirs.train(), diff
 
 
-def step_fns(ours, theirs, device):
+def step_fns(ours, theirs, device, compiled=None):
+    """One training step per model; ``compiled`` (a copy of ours, same weights) runs under ``torch.compile``."""
     amp = torch.autocast("cuda", dtype=torch.bfloat16, enabled=device.type == "cuda")
+    models = {"ours": ours, "theirs": theirs, **({"compiled": compiled} if compiled is not None else {})}
     opts = {name: torch.optim.AdamW(m.parameters(), lr=3e-4, weight_decay=0.1,
-                                    fused=device.type == "cuda") for name, m in (("ours", ours), ("theirs", theirs))}
+                                    fused=device.type == "cuda") for name, m in models.items()}
 
     def make(name, forward):
         opt = opts[name]
@@ -102,8 +104,12 @@ def step_fns(ours, theirs, device):
             return loss
         return step
 
-    return {"ours": make("ours", lambda idx: ours(idx)[0]),
-            "theirs": make("theirs", lambda idx: theirs(input_ids=idx, use_cache=False).logits)}
+    fns = {"ours": make("ours", lambda idx: ours(idx)[0]),
+           "theirs": make("theirs", lambda idx: theirs(input_ids=idx, use_cache=False).logits)}
+    if compiled is not None:
+        forward = torch.compile(compiled)
+        fns["compiled"] = make("compiled", lambda idx: forward(idx)[0])
+    return fns
 
 
 def sync(device):
@@ -122,22 +128,34 @@ def main(argv=None):
     for key in PRESETS["cpu"]:
         ap.add_argument(f"--{key.replace('_', '-')}", type=int, default=None, help=f"override the preset's {key}")
     ap.add_argument("--peak-tflops", type=float, default=None, help="bf16 dense peak of the GPU, if not recognised")
+    ap.add_argument("--compile", action="store_true",
+                    help="also time the lesson GPT under torch.compile (a copy with the same weights, in the same "
+                         "alternating rounds; its compile time, the first warm-up steps, reported apart)")
     args = ap.parse_args(argv)
 
     device, cfg, steps, warmup = configure(ap, args, PRESETS)
     ours, theirs, diff = build(cfg, device)
     n_params = describe(device, cfg, ours, theirs, diff)
-    steps_of = step_fns(ours, theirs, device)
+    compiled = None
+    if args.compile:
+        import copy
+        compiled = copy.deepcopy(ours)
+    steps_of = step_fns(ours, theirs, device, compiled)
+    names = list(steps_of)
     gen = torch.Generator().manual_seed(0)
     batch = lambda: torch.randint(0, cfg["vocab"], (cfg["batch"], cfg["block"]), generator=gen).to(device)
-    for name in ("ours", "theirs"):
+    warmup_s = {}
+    for name in names:
+        sync(device)
+        t0 = time.perf_counter()
         for _ in range(warmup):
             steps_of[name](batch())
-    sync(device)
-    rates = {"ours": [], "theirs": []}
+        sync(device)
+        warmup_s[name] = time.perf_counter() - t0
+    rates = {name: [] for name in names}
     tokens = steps * cfg["batch"] * cfg["block"]
     for r in range(args.rounds):
-        for name in (("ours", "theirs") if r % 2 == 0 else ("theirs", "ours")):
+        for name in names[r % len(names):] + names[:r % len(names)]:   # each model leads in turn
             data = [batch() for _ in range(steps)]
             sync(device)
             t0 = time.perf_counter()
@@ -146,13 +164,19 @@ def main(argv=None):
             sync(device)
             rates[name].append(tokens / (time.perf_counter() - t0))
     result = {"device": str(device), "config": cfg, "params": n_params, "steps_per_round": steps, "rounds": args.rounds,
-              "max_logit_diff_at_init": diff, "torch": torch.__version__}
+              "max_logit_diff_at_init": diff, "torch": torch.__version__, "warmup_steps": warmup,
+              "warmup_seconds": warmup_s}
     for name in rates:
         result[f"tokens_per_s_{name}"] = statistics.median(rates[name])
         result[f"rounds_tokens_per_s_{name}"] = rates[name]
     result["ratio"] = result["tokens_per_s_ours"] / result["tokens_per_s_theirs"]
     print(f"tokens/s: lesson GPT {result['tokens_per_s_ours']:,.0f}   transformers GPT2LMHeadModel (sdpa) "
           f"{result['tokens_per_s_theirs']:,.0f}   ratio {result['ratio']:.2f}x  (median of {args.rounds} rounds of {steps} steps)")
+    if compiled is not None:
+        result["compile_speedup"] = result["tokens_per_s_compiled"] / result["tokens_per_s_ours"]
+        print(f"torch.compile: lesson GPT {result['tokens_per_s_compiled']:,.0f} tokens/s, "
+              f"{result['compile_speedup']:.2f}x eager; its {warmup} warm-up steps (compilation) took "
+              f"{warmup_s['compiled']:.1f} s vs {warmup_s['ours']:.1f} s eager")
     if device.type == "cuda":
         name = torch.cuda.get_device_name(device)
         peak = args.peak_tflops * 1e12 if args.peak_tflops else next((p for k, p in PEAK_BF16 if k in name), None)
@@ -160,7 +184,7 @@ def main(argv=None):
         flops_per_token = 6 * n_flop + 12 * cfg["n_layers"] * cfg["d_model"] * cfg["block"]
         result.update(gpu=name, flops_per_token=flops_per_token, peak_bf16_flops=peak)
         if peak:
-            for who in ("ours", "theirs"):
+            for who in names:
                 result[f"mfu_{who}"] = flops_per_token * result[f"tokens_per_s_{who}"] / peak
             print(f"MFU (bf16 peak {peak / 1e12:.0f} TFLOP/s): lesson GPT {100 * result['mfu_ours']:.1f} %, "
                   f"transformers {100 * result['mfu_theirs']:.1f} %")

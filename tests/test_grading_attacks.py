@@ -686,3 +686,65 @@ print("NOT STOPPED")
     verdict = json.loads(proc.stdout.strip().splitlines()[-1]) if proc.stdout.strip() else {}
     assert proc.returncode == 3 and verdict.get("judge_exits") and took < 30, (took, proc.stdout[-500:], proc.stderr[-2000:])
     assert verdict["events"][0].startswith("timeout") and verdict["cells"][0]["points"] == 0
+
+
+_LAUNCH = """
+import os, sys
+from course.tools import sandbox
+sandbox.Limits(processes=int(sys.argv[1])).apply()      # as a judge does before it starts its sandbox
+cmd = sandbox.worker_command()                           # this process's sandbox uid, as in a judge
+os.execv(cmd[0], cmd[:-3] + [sys.executable, "-c", sys.argv[2]])
+"""
+_HOLD = """
+import threading, time
+threading.stack_size(64 * 1024)
+held = 0
+while True:
+    try:
+        threading.Thread(target=time.sleep, args=(60,), daemon=True).start()
+        held += 1
+    except RuntimeError:
+        break
+print("HELD", held, flush=True)
+time.sleep(60)
+"""
+_START = """
+import os, threading
+threads = [threading.Thread(target=lambda: None) for _ in range(4)]
+for t in threads:
+    t.start()
+pid = os.fork()
+if pid == 0:
+    os._exit(0)
+os.waitpid(pid, 0)
+print("STARTED", flush=True)
+"""
+
+
+def test_a_sandbox_at_its_process_limit_does_not_stop_another_judges_sandbox():
+    """RLIMIT_NPROC counts the processes and threads of a host uid: a submission that holds threads up to
+    its limit must leave every other judge's sandbox free to start (each judge's sandboxes run as a uid of
+    their own). Two sandboxes, started by two processes as two judges start theirs; no timing involved:
+    the second starts only once the first holds all it can."""
+    import os
+
+    from course.tools import sandbox
+
+    if os.geteuid() != 0:
+        pytest.skip("a uid per sandbox needs a grader running as root (else every sandbox is the grader's uid)")
+    if not sandbox.available()[0]:
+        pytest.skip("bubblewrap is not available here: " + sandbox.available()[1])
+    limit = "48"
+    holder = subprocess.Popen([sys.executable, "-c", _LAUNCH, limit, _HOLD], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        said = holder.stdout.readline().split()
+        assert said[:1] == ["HELD"] and int(said[1]) >= int(limit) - 8, (said, holder.stderr.read()[-2000:]
+                                                                          if holder.poll() is not None else "")
+        other = subprocess.run([sys.executable, "-c", _LAUNCH, limit, _START], capture_output=True, text=True,
+                               timeout=120)
+        assert other.returncode == 0 and "STARTED" in other.stdout, \
+            f"a sandbox could not start beside one at its process limit: {other.stderr[-2000:]}"
+    finally:
+        os.killpg(holder.pid, 9)
+        holder.wait(timeout=30)

@@ -282,3 +282,79 @@ def test_a_sandbox_that_fails_is_a_grader_error_not_a_zero(tmp_path, monkeypatch
         assert r["status"] == "grader-error" and r["score"] == 0, r
         assert "sandbox failed" in r["detail"], r["detail"]
     assert len(calls) == 2                                     # the re-run graded it again
+
+
+HOLD_EVERY_THREAD = """
+import threading, time
+threading.stack_size(64 * 1024)
+held = []
+while True:
+    try:
+        t = threading.Thread(target=time.sleep, args=(3600,), daemon=True)
+        t.start()
+        held.append(t)
+    except RuntimeError:
+        break
+def f():
+    return 1
+"""
+
+
+def test_a_notebook_at_its_process_limit_ends_without_restarts(tmp_path):
+    """A learner's cell that holds every thread its sandbox may have leaves no room for the tests' fork.
+    Restarting would replay that cell into the same state (six times, each a new sandbox and a replay):
+    the notebook ends at the first test instead, with a message that says why."""
+    source, sub = _lesson(tmp_path, HOLD_EVERY_THREAD, "assert f() == 1", after="x = 1")
+    result = _judge(tmp_path, source, sub, timeout=5, limits={"processes": 48})
+    cell = result["cells"][0]
+    assert not cell["passed"] and "every process and thread" in cell["message"], result
+    assert result["events"] == ["died: process limit reached (cell 2); the notebook was stopped there"], result["events"]
+
+
+def test_the_worker_loads_the_forbidden_call_check_before_it_forks():
+    """The check of forbidden calls loads some 800 modules the first time it runs (about 2 s): the worker
+    runs it once before the zygote forks, so no submission pays that again (it did, once per submission)."""
+    code = ("import sys, torch\nfrom course import forbidden\nfrom course.tools import worker\nworker._warm_checks()\n"
+            "before = set(sys.modules)\n"
+            "with forbidden.Guard(('scaled_dot_product_attention',), 'test', limit=1000):\n"
+            "    q = torch.randn(1, 4, 8)\n    (q @ q.transpose(-2, -1)).softmax(-1) @ q\n"
+            "print(sorted(set(sys.modules) - before)[:5])")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0 and proc.stdout.strip() == "[]", proc.stdout[-1000:] + proc.stderr[-2000:]
+
+
+def test_a_test_cell_whose_checks_run_past_the_limit_ends_its_judge_not_the_batch(tmp_path):
+    """The judge's own work on a learner's answer (here attention over a sequence as long as the learner's
+    function says: minutes of one C kernel) ends at the watchdog's deadline (1.5 x the cell's limit + 2 s):
+    that cell gets a timeout verdict, the judge says it exits and does, before it reads the next student
+    (whom the grader gives to a fresh judge), and leaves no process of the sandbox behind."""
+    import os
+    import select
+
+    from course.tools import sandbox
+
+    if not sandbox.available()[0]:
+        pytest.skip("bubblewrap is not available here: " + sandbox.available()[1])
+    test = ("import torch.nn.functional as F\nq = torch.randn(1, 1, f(), 64)\n"
+            "F.scaled_dot_product_attention(q, q, q)")
+    source, sub = _lesson(tmp_path, "def f():\n    return 160_000", test)     # minutes here, on one thread
+    honest = tmp_path / "honest.ipynb"
+    nbformat.write(nbformat.read(str(sub), as_version=4), str(honest))
+    spec = {"source": str(source), "timeout": 2, "scratch_base": str(tmp_path), "sandbox": True}
+    judge = subprocess.Popen([sys.executable, "-m", "course.tools.judge"], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, start_new_session=True)
+    try:
+        judge.stdin.write(json.dumps({**spec, "notebook": str(sub)}) + "\n" +
+                          json.dumps({**spec, "notebook": str(honest)}) + "\n")
+        judge.stdin.flush()
+        ready = select.select([judge.stdout], [], [], 240)[0]      # the kernel alone runs for minutes
+        verdict = json.loads(judge.stdout.readline()) if ready else {}
+        assert verdict.get("judge_exits") and verdict["events"][0].startswith("timeout: test cell test_f"), verdict
+        assert verdict["cells"][0]["points"] == 0
+        assert judge.wait(timeout=60) == 3 and judge.stdout.read() == ""   # the next student was not graded here
+        left = [p.name for p in Path("/proc").iterdir() if p.name.isdigit()
+                and str(tmp_path) in (p / "cmdline").read_bytes().decode(errors="replace")]
+        assert not left, left
+    finally:
+        if judge.poll() is None:
+            os.killpg(judge.pid, 9)

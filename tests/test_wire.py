@@ -122,3 +122,29 @@ print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) // 1024)
 """
     grew = int(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout)
     assert grew < 90, f"receiving a 60 MB answer took {grew} MB more"
+
+
+def test_judge_and_worker_name_a_calls_tensors_alike():
+    """A call's tensor arguments are numbered the same way on both sides (one function, wire.tensors):
+    a learner's object passed back in (here a list of tensors that lives in the worker) is skipped by both,
+    so an in-place change to the test's tensor reaches that tensor, not another or none."""
+    from course.tools import judge
+    from course.tools.worker import Worker
+
+    worker = Worker(-1, -1)
+    learners_list = [torch.zeros(2), torch.zeros(2)]
+    worker.objects[1] = learners_list
+
+    def f(items, x):
+        x.add_(1)
+        return None
+    worker.objects[2] = f
+    x = torch.zeros(3)
+    proxy = judge.Remote(None, 1, {"mro": [["builtins", "list"]]})
+    mutable = wire.tensors(((proxy, x), {}))                     # the judge's numbering
+    request = wire.decode_request(wire.encode_request(
+        {"op": "call", "h": 2, "args": judge._outgoing((proxy, x)), "kwargs": {}, "grad": False}))
+    reply = worker.handle(request)                               # the worker's numbering
+    judge._copy_back(mutable, reply.get("mutated", []))
+    assert mutable == [x] and torch.equal(x, torch.ones(3)), (reply, x)
+    assert all(torch.equal(t, torch.zeros(2)) for t in learners_list)

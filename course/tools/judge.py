@@ -47,6 +47,11 @@ class WorkerGone(Exception):
         self.timeout = timeout
 
 
+class ProcessLimit(WorkerGone):
+    """The test's fork could not start: the learner's code holds every process and thread its sandbox may
+    have. A restart would replay the same cells into the same state, so the notebook ends here."""
+
+
 _BUILTIN_ERRORS = {n: getattr(builtins, n) for n in dir(builtins)
                    if isinstance(getattr(builtins, n), type) and issubclass(getattr(builtins, n), Exception)}
 
@@ -163,7 +168,7 @@ class Remote:
 
     def __call__(self, *args, **kwargs):
         return self._r("call", args=_outgoing(args), kwargs=_outgoing(kwargs), grad=torch.is_grad_enabled(),
-                       mutable=_tensors((args, kwargs)))
+                       mutable=wire.tensors((args, kwargs)))
 
     def __getitem__(self, key):
         return self._r("getitem", key=_outgoing(key))
@@ -200,22 +205,6 @@ class Remote:
 
 
 _ATOMS = frozenset({str, int, float, bool, type(None), bytes, complex})
-
-
-def _tensors(value, out=None, depth=0) -> list:
-    """The judge's tensors in a call's arguments, in the order the worker walks its copies."""
-    out = [] if out is None else out
-    if isinstance(value, Remote) or type(value) is Remote:
-        return out
-    if isinstance(value, torch.Tensor):
-        out.append(value)
-    elif type(value) in (list, tuple) and depth < 50:
-        for v in value:
-            _tensors(v, out, depth + 1)
-    elif type(value) is dict and depth < 50:
-        for v in value.values():
-            _tensors(v, out, depth + 1)
-    return out
 
 
 def _copy_back(originals: list, mutated: list) -> None:
@@ -858,6 +847,11 @@ def grade_submission(spec: dict) -> dict:
                 if fork is None and idx < last_cell:
                     try:
                         fork = _fork_for_tests(session, timeout)
+                    except ProcessLimit as exc:
+                        results[gid] = {"passed": False, "message": str(exc), "restart": None}
+                        events.append(f"died: process limit reached (cell {idx}); the notebook was stopped there")
+                        dead = True
+                        continue
                     except WorkerGone as exc:
                         results[gid] = {"passed": False, "message": _message(exc, timeout),
                                         "restart": "timeout" if exc.timeout else "died"}
@@ -1069,6 +1063,14 @@ def _fork_for_tests(session: Session, timeout: int) -> set:
     try:
         if session.request("test-begin") != "forked":
             raise WorkerGone("the sandbox broke the grading protocol (no fork for the tests)")
+    except RemoteError as exc:
+        if not str(exc).startswith("NoFork"):
+            raise WorkerGone("the sandbox broke the grading protocol (no fork for the tests)") from None
+        # Believed only to the claimant's cost: it ends this notebook's grading, nobody else's.
+        raise ProcessLimit(f"your code holds every process and thread it may start (the limit is "
+                           f"{session.limits.processes}), so the tests could not start (each runs in a process of "
+                           "its own); the rest of the notebook was not graded. End the threads and processes your "
+                           "code starts.") from None
     finally:
         session.deadline = None
     return set(session.proxies)

@@ -65,6 +65,27 @@ class Handle:
         return (Handle, (self.id,))
 
 
+def tensors(value, out: list | None = None, depth: int = 0) -> list:
+    """The tensors in a call's arguments, in the one order both sides use to name them: depth first
+    through lists, tuples and dicts (those exact types), into nothing else. The judge walks the
+    arguments it sends (its stand-ins for learner objects are not containers: skipped); the worker walks
+    the request as it arrived, before its handles become the learner's objects, so an object of the
+    learner's (a list of tensors, say) never shifts the count on one side only. A call that changed
+    argument ``i`` in place says ``i``, and the judge applies the change to its own tensor ``i``."""
+    out = [] if out is None else out
+    if isinstance(value, Handle):
+        return out
+    if type(value) in (list, tuple) and depth < 50:
+        for v in value:
+            tensors(v, out, depth + 1)
+    elif type(value) is dict and depth < 50:
+        for v in value.values():
+            tensors(v, out, depth + 1)
+    elif issubclass(type(value), torch.Tensor):       # its real type: a stand-in's __class__ is not asked
+        out.append(value)
+    return out
+
+
 def send(fd: int, payload: bytes, deadline: float | None = None) -> None:
     """One message. With ``deadline`` (the fd non-blocking), it must be taken by then."""
     data = _LEN.pack(len(payload)) + payload

@@ -65,20 +65,8 @@ class _Exit(BaseException):
     """The judge is done with this submission."""
 
 
-def _tensors(value, out=None, depth=0) -> list:
-    """The tensors in a call's arguments, in the order the judge walks them (lists, tuples, dicts)."""
-    import torch
-
-    out = [] if out is None else out
-    if isinstance(value, torch.Tensor):
-        out.append(value)
-    elif type(value) in (list, tuple) and depth < 50:
-        for v in value:
-            _tensors(v, out, depth + 1)
-    elif type(value) is dict and depth < 50:
-        for v in value.values():
-            _tensors(v, out, depth + 1)
-    return out
+class _NoFork(Exception):
+    """The test's fork could not start (the sandbox's process limit is reached)."""
 
 
 def _raw(t):
@@ -243,8 +231,8 @@ class Worker:
             if op == "call":
                 # Tensors the judge passed are copies: any the call changed in place travel back, so
                 # the test sees the change as it would in the notebook.
+                tensors = self.wire.tensors((req["args"], req["kwargs"]))     # before handles are resolved
                 args, kwargs = self.resolve(req["args"]), self.resolve(req["kwargs"])
-                tensors = _tensors((args, kwargs))
                 before = [(t._version, _raw(t)) for t in tensors]
                 reply = self.answer(obj(*args, **kwargs))
                 changed = [[i, t.detach()] for i, (t, (version, raw)) in enumerate(zip(tensors, before))
@@ -273,7 +261,12 @@ class Worker:
         """Fork: the child serves this test cell's requests, then exits; the parent waits, so nothing the
         test sent survives into later cells. Returns True in the child."""
         r, w = os.pipe()
-        pid = os.fork()
+        try:
+            pid = os.fork()
+        except OSError as exc:          # EAGAIN: the learner's code holds every process and thread it may have
+            os.close(r)
+            os.close(w)
+            raise _NoFork(str(exc)) from None
         if pid == 0:
             os.close(r)
             self.test_fd = w
@@ -304,7 +297,12 @@ class Worker:
             except wire.WireError:
                 return
             if isinstance(req, dict) and req.get("op") == "test-begin":
-                if self.test_fd is not None or self.test_begin():
+                try:
+                    forked = self.test_fd is not None or self.test_begin()
+                except _NoFork as exc:  # the judge ends the notebook: a restart would replay the same cells
+                    self.send({"ok": False, "error": {"type": "NoFork", "message": str(exc)[:200]}})
+                    continue
+                if forked:
                     self.send({"ok": True, "value": "forked"})
                 continue                # (the parent says nothing: the child answered)
             if isinstance(req, dict) and req.get("op") == "test-end":
@@ -558,6 +556,21 @@ def _zygote(ctrl_fd: int, keep: dict[str, frozenset]) -> None:
         say(ev="clean" if clean else "dirty", removed=removed)
 
 
+def _warm_checks() -> None:
+    """Run the check of forbidden calls once, on a small tensor: its first use loads some 800 modules of
+    PyTorch's dispatch machinery (about 2 s). Done before the zygote forks, every worker starts with them
+    loaded instead of paying it again per submission."""
+    import torch
+
+    from course import forbidden
+
+    try:
+        with forbidden.Guard(("softmax",), "warm up", limit=1 << 30):
+            torch.ones(2, 2).tril().sum()
+    except Exception:  # noqa: BLE001 - a check that fails here fails again, visibly, where a test uses it
+        pass
+
+
 def _warm(lists: list[str]) -> None:
     """Import the modules the lessons import (named by the judge from the instructor's notebooks), so
     that each forked worker finds them loaded. One that fails is left for the notebook to report."""
@@ -590,6 +603,7 @@ def main() -> None:
     import course  # noqa: F401
     from course import checks  # noqa: F401
     _PRISTINE.update(Worker._integrity())
+    _warm_checks()
     _warm([a.split("=", 1)[1] for a in sys.argv if a.startswith("--warm=")])
     ctrl = [a.split("=", 1)[1] for a in sys.argv if a.startswith("--zygote=")]
     if ctrl and os.getpid() == 1:
