@@ -20,6 +20,26 @@ VARIANTS = {
         """},
         "must_fail": ["test_softmax_dim"],
     },
+    "softmax_max_clamped_at_zero": {
+        # the shift starts from 0 instead of the row's maximum: large scores are fine, very negative ones
+        # (every exp underflows to 0) give 0/0
+        "replace": {"softmax": """
+            def softmax(x, dim=-1):
+                e = (x - x.amax(dim=dim, keepdim=True).clamp(min=0)).exp()
+                return e / e.sum(dim=dim, keepdim=True)
+        """},
+        "must_fail": ["test_softmax_stable"],
+    },
+    "lookup_exp_without_shift": {
+        # soft_lookup normalises exp(scores) itself instead of calling the stable softmax
+        "replace": {"soft_lookup": """
+            def soft_lookup(query, keys, values, temperature=1.0):
+                e = (keys @ query / temperature).exp()
+                weights = e / e.sum()
+                return weights @ values, weights
+        """},
+        "must_fail": ["test_soft_lookup_set"],
+    },
     "temperature_multiplies": {
         "replace": {"soft_lookup": """
             def soft_lookup(query, keys, values, temperature=1.0):

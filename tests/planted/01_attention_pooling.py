@@ -123,6 +123,29 @@ return torch.einsum("bt,btd->bd", weights, x), weights
 '''},
         "must_fail": ["test_tweet_classifier"],
     },
+    "classifier_mask_from_ids": {
+        # Rebuilds the mask from the ids (id 0 = padding) instead of using the one it is given.
+        "replace": {"TweetClassifier": '''class TweetClassifier(nn.Module):
+    def __init__(self, vectors, pooling="attention", n_classes=2):
+        super().__init__()
+        d_model = vectors.shape[1]
+        self.pooling = pooling
+        self.embed = nn.Embedding.from_pretrained(vectors, freeze=True, padding_idx=0)
+        self.pool = AttentionPooling(d_model) if pooling == "attention" else None
+        self.head = nn.Linear(d_model, n_classes)
+
+    def forward(self, ids, mask):
+        x = self.embed(ids)
+        real = ids != 0
+        if self.pool is None:
+            pooled = mean_pooling(x, real)
+            weights = real.to(x.dtype) / real.sum(dim=-1, keepdim=True).clamp(min=1)
+        else:
+            pooled, weights = self.pool(x, real)
+        return self.head(pooled), weights
+'''},
+        "must_fail": ["test_tweet_classifier"],
+    },
     # ------------------------------------------------------------------ documented arguments ignored
     "classifier_ignores_n_classes": {
         "replace": {"TweetClassifier": 'class TweetClassifier(nn.Module):\n    def __init__(self, vectors, pooling="attention", n_classes=2):\n        super().__init__()\n        d_model = vectors.shape[1]\n        self.pooling = pooling\n        self.embed = nn.Embedding.from_pretrained(vectors, freeze=True, padding_idx=0)\n        self.pool = AttentionPooling(d_model) if pooling == "attention" else None\n        self.head = nn.Linear(d_model, 2)\n\n    def forward(self, ids, mask):\n        x = self.embed(ids)\n        if self.pool is None:\n            pooled = mean_pooling(x, mask)\n            weights = mask.to(x.dtype) / mask.sum(dim=-1, keepdim=True).clamp(min=1)\n        else:\n            pooled, weights = self.pool(x, mask)\n        return self.head(pooled), weights\n'},

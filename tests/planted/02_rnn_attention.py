@@ -24,6 +24,19 @@ VARIANTS = {
 '''},
         "must_fail": ["test_additive_attention_padding", "test_additive_attention_formula"],
     },
+    # The mask read as lengths (its True count), as if padding were always at the end of a row.
+    "attention_mask_as_lengths": {
+        "replace": {"AdditiveAttention": _INIT + '''
+    def forward(self, query, keys, values, mask):
+        B, S, _ = keys.shape
+        s = query.unsqueeze(1).expand(B, S, query.shape[-1])
+        scores = self.v(torch.tanh(self.W(torch.cat([s, keys], dim=-1)))).squeeze(-1)
+        real = torch.arange(S) < mask.sum(dim=-1, keepdim=True)
+        weights = torch.softmax(scores.masked_fill(~real, float("-inf")), dim=-1)
+        return torch.bmm(weights.unsqueeze(1), values).squeeze(1), weights
+'''},
+        "must_fail": ["test_additive_attention_padding"],
+    },
     # [h || s] against weights documented as acting on [s || h]: runs, trains, and is wrong.
     "attention_concat_wrong_order": {
         "replace": {"AdditiveAttention": '''

@@ -231,6 +231,26 @@ VARIANTS = {
         },
         "must_fail": [],
     },
+    "unused_extra_state_style": {
+        # Extra state the score does not use: a fill value kept for masking (a float buffer) and a learned
+        # temperature kept for a later experiment. The contract names W (and w_q, w_k, v); only those must
+        # move the scores.
+        "replace": {
+            "BilinearScore": _BILINEAR_INIT + '''
+        self.register_buffer("mask_value", torch.tensor(-1e9))
+
+    def forward(self, q, k):
+        return q @ self.W @ k.transpose(-2, -1)
+''',
+            "MLPScore": _MLP_INIT + '''
+        self.log_temperature = nn.Parameter(torch.zeros(()))
+
+    def forward(self, q, k):
+        return self.v(torch.tanh(self.w_q(q).unsqueeze(-2) + self.w_k(k).unsqueeze(-3))).squeeze(-1)
+''',
+        },
+        "must_fail": [],
+    },
     "masked_softmax_max_by_hand": {
         "replace": {"masked_softmax": """
             def masked_softmax(scores, mask):

@@ -162,6 +162,13 @@ MHA_DROPOUT_ALWAYS_ON = _mha(dropout='''
         weights = F.dropout(weights, p=self.dropout.p)           # training=True by default: also drops in eval mode
 ''')
 
+# Dropout used for the output but the undropped weights returned: forward no longer shows what it computed.
+MHA_RETURNS_WEIGHTS_BEFORE_DROPOUT = _mha(dropout='''
+        dropped = self.dropout(weights)
+''', output='''
+        return self.w_o(merge_heads(dropped @ v)), weights
+''')
+
 MHA_NO_DROPOUT = _mha(dropout='''
         pass                                                     # dropout is ignored
 ''')
@@ -337,6 +344,10 @@ VARIANTS = {
     },
     "mha_dropout_in_eval_mode": {
         "replace": {"MultiHeadAttention": MHA_DROPOUT_ALWAYS_ON},
+        "must_fail": ["test_mha_dropout"],
+    },
+    "mha_returns_weights_before_dropout": {
+        "replace": {"MultiHeadAttention": MHA_RETURNS_WEIGHTS_BEFORE_DROPOUT},
         "must_fail": ["test_mha_dropout"],
     },
     "mha_dropout_ignored": {

@@ -213,6 +213,13 @@ VIT_EPS_IGNORED = _vit(block_eps="1e-12", final_eps="1e-12")
 VIT_NO_BLOCK_DROPOUT = _vit(block_dropout="0.0")
 VIT_GELU_FUNCTION_STYLE = _vit(act="F.gelu")
 
+# transformers' ViTModel has a pooler (dense + tanh on the class token) that ViTForImageClassification never
+# uses: a learner who keeps one, unused, still builds the ViT the docstring asks for.
+VIT_UNUSED_POOLER_STYLE = _vit().replace(
+    "        self.head = nn.Linear(d_model, n_classes)\n",
+    "        self.head = nn.Linear(d_model, n_classes)\n        self.pooler = nn.Sequential(nn.Linear(d_model, d_model), nn.Tanh())\n")
+assert "self.pooler" in VIT_UNUSED_POOLER_STYLE
+
 VIT_SEQUENTIAL_STYLE = '''
 class ViT(nn.Module):
     def __init__(self, image_size, patch_size, in_channels, n_classes, d_model, n_layers, n_heads, d_ff,
@@ -339,6 +346,7 @@ VARIANTS = {
     "vit_gelu_function_style": {"replace": {"ViT": VIT_GELU_FUNCTION_STYLE}, "must_fail": []},
     "vit_sequential_style": {"replace": {"ViT": VIT_SEQUENTIAL_STYLE}, "must_fail": []},
     "vit_hand_written_block_style": {"replace": {"ViT": VIT_HAND_WRITTEN_BLOCK_STYLE}, "must_fail": []},
+    "vit_unused_pooler_style": {"replace": {"ViT": VIT_UNUSED_POOLER_STYLE}, "must_fail": []},
 }
 
 # Graded only with COURSE_PLANTED=all (tests/planting.py): further variants of bugs the core bank already
