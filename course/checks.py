@@ -172,6 +172,30 @@ def check_gradients(module: torch.nn.Module, loss: torch.Tensor, what: str) -> N
 
 FORBIDDEN_HOOK = None   # set by the grading judge: forwards `forbid` into the sandbox
 
+_SEEING_IN_PLACE = [0]   # how many `seeing_in_place_changes` blocks are open (read by the grading judge)
+
+
+@contextlib.contextmanager
+def seeing_in_place_changes():
+    """Inside this block, a change the learner's code makes to the tensors a test passes it reaches the
+    test's own tensors, so that a test can check "does not modify its inputs".
+
+    In the learner's kernel the tensors are shared anyway and this changes nothing. Under grading the
+    learner's code works on copies in a sandbox, and by default what it does to them is thrown away:
+    a test's reference, computed after the call from the test's own tensors, cannot be bent by a
+    function that edits its arguments. Only a test that checks the inputs opens this block.
+    """
+    _SEEING_IN_PLACE[0] += 1
+    try:
+        yield
+    finally:
+        _SEEING_IN_PLACE[0] -= 1
+
+
+def in_place_changes_seen() -> bool:
+    """Whether a :func:`seeing_in_place_changes` block is open (the judge copies changes back only then)."""
+    return _SEEING_IN_PLACE[0] > 0
+
 
 def _forbidden_in_source(source: str, names: tuple[str, ...]) -> list[str]:
     """Uses of ``.name`` (attribute access) or ``from x import name`` in ``source``."""
@@ -293,7 +317,8 @@ def set_params(module, values: dict, what: str = "your module") -> None:
     for k, v in values.items():
         check(tuple(state[k].shape) == tuple(torch.as_tensor(v).shape),
               f"{what}.{k} has shape {tuple(state[k].shape)}; it should have shape {tuple(torch.as_tensor(v).shape)}.")
-    module.load_state_dict({k: torch.as_tensor(v, dtype=state[k].dtype) for k, v in values.items()}, strict=False)
+    # clones: the test keeps its own values, whatever the learner's load_state_dict does to what it receives
+    module.load_state_dict({k: torch.as_tensor(v, dtype=state[k].dtype).clone() for k, v in values.items()}, strict=False)
 
 
 def set_random_params(module, generator: torch.Generator, what: str = "your module", *,

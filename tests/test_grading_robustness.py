@@ -211,7 +211,9 @@ MUTATION_TEST = """
 x = torch.ones(3)
 states = [{"w": torch.zeros(2)}, {"w": torch.zeros(2)}]
 x_before, w_before = x.clone(), states[1]["w"].clone()
-f(x, states)
+from course import checks
+with checks.seeing_in_place_changes():
+    f(x, states)
 assert torch.equal(x, x_before), "f changed its input x in place"
 assert torch.equal(states[1]["w"], w_before), "f changed a state_dict it was given"
 """
@@ -228,6 +230,27 @@ def test_a_learners_in_place_change_reaches_the_test(tmp_path, solution, passes)
     place come back to the test's own tensors, so `assert torch.equal(x, x_before)` sees what it would
     see in the notebook."""
     source, sub = _lesson(tmp_path, solution, MUTATION_TEST)
+    result = _judge(tmp_path, source, sub)
+    assert [c["passed"] for c in result["cells"]] == [passes], result
+
+
+BENT_REFERENCE_TEST = """
+q = torch.ones(3)
+out = f(q)
+assert torch.equal(out, 2 * q), f"f(q) should be 2 q; got {out}"
+"""
+
+
+@pytest.mark.parametrize("solution, passes", [
+    ("def f(q):\n    return 2 * q", True),
+    ("def f(q):\n    q.mul_(2)\n    return q", True),                # in place on its argument, the right answer
+    ("def f(q):\n    q.zero_()\n    return q.clone()", False),       # zeroes q so that the reference 2 q is 0 too
+])
+def test_a_learners_in_place_change_cannot_bend_a_reference(tmp_path, solution, passes):
+    """Outside `checks.seeing_in_place_changes()`, what the learner's code does to a test's tensors is
+    thrown away: a reference the test computes after the call, from its own tensors, is the one the test
+    meant (in the notebook, the second bad function passes this test: it cheats only itself)."""
+    source, sub = _lesson(tmp_path, solution, BENT_REFERENCE_TEST)
     result = _judge(tmp_path, source, sub)
     assert [c["passed"] for c in result["cells"]] == [passes], result
 

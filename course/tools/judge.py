@@ -209,7 +209,9 @@ _ATOMS = frozenset({str, int, float, bool, type(None), bytes, complex})
 
 def _copy_back(originals: list, mutated: list) -> None:
     """The learner's call changed some of its tensor arguments in place (in the sandbox, on copies):
-    make the same change to the test's own tensors, so the test sees what it would in the notebook."""
+    make the same change to the test's own tensors, so the test sees what it would in the notebook.
+    Only inside ``checks.seeing_in_place_changes()``: elsewhere a change could bend the reference a test
+    computes after the call from its own tensors."""
     for item in mutated[:len(originals)]:
         if not (isinstance(item, list) and len(item) == 2 and type(item[0]) is int
                 and 0 <= item[0] < len(originals) and isinstance(item[1], torch.Tensor)):
@@ -523,8 +525,8 @@ class Session:
         reply = self._read()
         if not isinstance(reply, dict):
             raise WorkerGone("the sandbox broke the grading protocol (a malformed answer)")
-        if mutable and isinstance(reply.get("mutated"), list):
-            _copy_back(mutable, reply["mutated"])
+        if mutable and isinstance(reply.get("mutated"), list) and checks.in_place_changes_seen():
+            _copy_back(mutable, reply["mutated"])      # only where a test checks its inputs (else: thrown away)
         if reply.get("ok") is True:
             return reply.get("value") if "missing" not in reply else _MISSING
         raise _rebuild_error(reply.get("error") or {})
@@ -611,24 +613,31 @@ PATCHABLE = {"torch", "F", "nn", "checks", "course", "math", "np", "numpy", "bui
              "Tensor", "oracles", "masks"}
 
 
-def suspicious(nb) -> list[str]:
+def suspicious(nb, source_nb=None) -> list[str]:
     """Things in the student's code that tamper with grading or reach outside (for a human to look at).
 
     Reported, not punished: the verdicts do not depend on any of it. Looks for: assignments to (or
     setattr on) attributes of torch, the course package, math, numpy, builtins, sys or os, under any
     alias; rebinding those names; frame walking, gc hunting, IPython transformers, signals, processes,
-    sockets and ctypes.
+    sockets and ctypes. The lesson's own given and experiment cells (``source_nb``) are not the learner's
+    code and are not reported (their imports still count, for the aliases they define).
     """
+    from course.forbidden import given_cells
+
     roots = ("torch", "course", "numpy", "math", "builtins", "sys", "os", "IPython")
-    trees = []
+    given_sources, experiment_ids = given_cells(source_nb) if source_nb is not None else (set(), set())
+    every, trees = [], []
     for i, cell in enumerate(nb.cells):
         if cell.cell_type == "code":
             try:
-                trees.append((i, ast.parse(cell.source)))
+                tree = ast.parse(cell.source)
             except SyntaxError:
                 continue
+            every.append((i, tree))
+            if cell.source not in given_sources and cell.get("id") not in experiment_ids:
+                trees.append((i, tree))
     patchable = set(PATCHABLE)
-    for _, tree in trees:
+    for _, tree in every:
         for node in ast.walk(tree):
             if isinstance(node, ast.Import):
                 patchable |= {(a.asname or a.name).split(".")[0] for a in node.names if a.name.split(".")[0] in roots}
@@ -907,7 +916,7 @@ def grade_submission(spec: dict) -> dict:
     cells = _cells(tests, results, nb)
     if session.left_behind > 2000:
         pasted.append(f"left {session.left_behind} files and folders in the sandbox (removed)")
-    found = list(dict.fromkeys(pasted + session.lies + suspicious(nb) + tampering + _aliases(nb, source)))
+    found = list(dict.fromkeys(pasted + session.lies + suspicious(nb, source) + tampering + _aliases(nb, source)))
     result = {"cells": cells, "outputs": {str(k): v for k, v in outputs.items()}, "events": events[:50],
               "suspicious": found[:50], "phases": {k: round(v, 3) for k, v in phase.items()}}
     if spec.get("release"):
