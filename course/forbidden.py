@@ -139,6 +139,9 @@ class Guard:
         self.violations: list[str] = []
         self._modes = (_Functions(self), _Kernels(self))
         self._tasks = None
+        # A check of "your own softmax" or of a size limit sees only PyTorch's operations: there the
+        # learner's calls must also keep their data in PyTorch (see :class:`OutsidePyTorch`).
+        self.closed = self.limit is not None or bool(self.names & {"softmax", "log_softmax"})
 
     def refuse(self, what: str):
         msg = f"your code called {what}: this exercise asks you to {self.why}."
@@ -174,6 +177,54 @@ class Guard:
         return False
 
 
+# Libraries that compute on their own arrays, where no PyTorch mode looks, and the ways out of a tensor.
+_OUTSIDE = ("numpy", "scipy", "sklearn", "pandas", "jax", "jaxlib", "numba", "cupy", "tensorflow", "mlx")
+_LEAVING = {"Tensor.numpy", "Tensor.__array__", "Tensor.__dlpack__", "Tensor.untyped_storage", "Tensor.storage",
+            "Tensor._typed_storage", "Tensor.data_ptr", "_VariableFunctionsClass.from_numpy",
+            "_VariableFunctionsClass.from_dlpack", "_VariableFunctionsClass.frombuffer"}
+
+
+class OutsidePyTorch:
+    """A ``sys.setprofile`` hook for one learner call under a closed :class:`Guard`: it records a violation
+    when the call takes a tensor's data out of PyTorch (``Tensor.numpy``, ``np.asarray``, DLPack, raw
+    storage) or runs NumPy, SciPy and the like, where neither the forbidden-kernel check nor the size
+    limit can see (``scipy.special.softmax``, a T x T matrix built in NumPy). Pure Python on numbers
+    (``tolist``, ``math.exp``) is the learner's own work and is left alone."""
+
+    def __init__(self, guard: Guard):
+        self.guard = guard
+        self.seen = False
+
+    def __call__(self, frame, event, arg):
+        if self.seen:
+            return
+        what = None
+        if event == "c_call":
+            qual, module = getattr(arg, "__qualname__", "") or "", getattr(arg, "__module__", None) or ""
+            if qual in _LEAVING or module.split(".")[0] in _OUTSIDE:
+                what = f"{module + '.' if module else ''}{qual}"
+        elif event == "call":
+            module = frame.f_globals.get("__name__", "") or ""
+            if module.split(".")[0] in _OUTSIDE:
+                what = f"{module}.{frame.f_code.co_name}"
+        if what:
+            self.seen = True
+            self.guard.violations.append(
+                f"your code took its data out of PyTorch ({what}) inside a checked call: the check sees only "
+                f"PyTorch's operations, so this exercise's functions compute with them (not NumPy or SciPy). "
+                f"This exercise asks you to {self.guard.why}.")
+
+
+def other_threads() -> bool:
+    """Whether this process runs a thread besides the calling one (read from /proc; False where unknown)."""
+    import os
+
+    try:
+        return len(os.listdir("/proc/self/task")) > 1
+    except OSError:
+        return False
+
+
 # -- reading the notebook -------------------------------------------------------------------------
 
 # Names whose use in a learner's code can only serve to switch the checks off or to reach a kernel by
@@ -183,7 +234,8 @@ _TAMPER_ATTRS = {"_C", "ops", "_pop_mode", "_push_mode", "_disable_current_modes
                  "TorchDispatchMode", "TorchFunctionMode", "__torch_dispatch__", "__torch_function__", "DispatchKey",
                  "DisableTorchFunction", "DisableTorchFunctionSubclass", "_DisableTorchDispatch", "as_subclass",
                  "_targets", "FORBIDDEN_HOOK", "FORBIDDEN_TAMPERING", "Guard", "forbidden", "Worker",
-                 "_disabled_torch_function_impl", "_set_torch_function_mode"}
+                 "_disabled_torch_function_impl", "_set_torch_function_mode", "setprofile", "settrace",
+                 "getprofile", "setprofile_all_threads", "settrace_all_threads"}
 _TAMPER_MODULES = ("torch._C", "torch.ops", "torch.utils._python_dispatch", "torch.overrides", "course.tools",
                    "course.forbidden", "importlib", "ctypes",
                    # work in another thread or process, where the checks' modes do not look

@@ -381,3 +381,55 @@ def test_a_test_cell_whose_checks_run_past_the_limit_ends_its_judge_not_the_batc
     finally:
         if judge.poll() is None:
             os.killpg(judge.pid, 9)
+
+
+def test_a_learners_exception_does_not_carry_hidden_inputs_to_the_page(tmp_path):
+    """A learner's exception raised while a hidden check runs (or after one has sent its inputs to the
+    same fork) keeps its type on the page, not its message, which the learner writes and could fill
+    with the hidden inputs it saw."""
+    solution = ("seen = []\ndef f(x):\n    seen.append(x.tolist())\n    if len(seen) > 1:\n"
+                "        raise ValueError('LEAK ' + repr(seen))\n    return x")
+    test = ("assert f(torch.tensor([1.0])).tolist() == [1.0]\n### BEGIN HIDDEN TESTS\n"
+            "assert f(torch.tensor([4242.0])).tolist() == [4242.0]\n### END HIDDEN TESTS\n")
+    source, sub = _lesson(tmp_path, solution, test)
+    result = _judge(tmp_path, source, sub)
+    (cell,) = result["cells"]
+    assert not cell["passed"] and "ValueError" in cell["message"] and "hidden check" in cell["message"], cell
+    assert "4242" not in json.dumps(result), cell["message"]
+
+
+def test_intake_refuses_a_notebook_of_too_many_cells(tmp_path):
+    """Rendering feedback for a notebook padded with cells took minutes (120 000 cells: 217 s); such a
+    notebook is refused unread, with what to do."""
+    from course.tools import grading
+
+    book = nbformat.v4.new_notebook()
+    book.cells = [nbformat.v4.new_markdown_cell("x") for _ in range(grading.MAX_CELLS + 1)]
+    path = tmp_path / "many.ipynb"
+    nbformat.write(book, str(path))
+    nb, why = grading._read_notebook(path)
+    assert nb is None and f"at most {grading.MAX_CELLS}" in why, why
+    book.cells = book.cells[:10]
+    nbformat.write(book, str(path))
+    assert grading._read_notebook(path)[0] is not None
+
+
+def test_what_a_submission_names_cannot_act_in_a_spreadsheet_a_terminal_or_the_formgrader():
+    """A student folder named like a formula stays text in grades.csv; escape sequences in names are
+    shown, not obeyed, in the terminal; a learner's Markdown (an <img onerror=...>) reaches the
+    instructor's autograded notebook as plain text, never as HTML."""
+    from course.tools import grading
+
+    row = [grading._csv_cell(v) for v in ('=HYPERLINK("http://x","click")', "+1", "-2", "@SUM(A1)", "ada")]
+    assert row == ["'" + v for v in ('=HYPERLINK("http://x","click")', "+1", "-2", "@SUM(A1)")] + ["ada"]
+    assert "\x1b" not in grading.shown("evil\x1b[1A\x1b[2K") and "\\x1b[1A" in grading.shown("evil\x1b[1A")
+
+    release = nbformat.v4.new_notebook()
+    release.cells = [nbformat.v4.new_markdown_cell("# Lesson"), nbformat.v4.new_code_cell("x = 1")]
+    sub = nbformat.v4.new_notebook()
+    sub.cells = [nbformat.v4.new_markdown_cell("# Lesson"), nbformat.v4.new_code_cell("x = 1"),
+                 nbformat.v4.new_markdown_cell('<img src=x onerror="alert(1)"> ``` [a](javascript:alert(1))')]
+    out = grading._graded_notebook(sub, release, release, {"cells": [], "outputs": {}}, for_student=False)
+    assert out.cells[0].source == "# Lesson"                                   # the lesson's own text as it was
+    fenced = out.cells[2].source
+    assert fenced.startswith("````text\n") and fenced.endswith("\n````"), fenced

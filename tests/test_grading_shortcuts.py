@@ -103,6 +103,50 @@ _f = torch.__dict__["soft" + "max"]
 def softmax(x, dim=-1):
     return asyncio.run(asyncio.to_thread(_f, x, dim))
 ''',
+    # ... on a helper thread started before the check is on (reading `softmax.__name__` starts it), so that
+    # no new task appears while it is on: a checked call may not start while another thread runs
+    "prewarmed-thread": '''
+import asyncio
+import os
+
+
+class _Pooled:
+    def __init__(self, fn):
+        self._fn, self._loop = fn, None
+
+    def _ready(self):
+        if self._loop is None or self._loop[0] != os.getpid():
+            loop = asyncio.new_event_loop()
+            loop.run_until_complete(loop.run_in_executor(None, int))     # one helper thread, idle afterwards
+            self._loop = (os.getpid(), loop)
+        return self._loop[1]
+
+    @property
+    def __name__(self):
+        self._ready()
+        return self._fn.__name__
+
+    def __call__(self, *args, **kwargs):
+        loop = self._ready()
+        return loop.run_until_complete(loop.run_in_executor(None, lambda: self._fn(*args, **kwargs)))
+
+
+_original = vars(torch)["soft" + "max"]
+
+
+def _library(x, dim=-1):
+    return _original(x, dim=dim)
+
+
+softmax = _Pooled(_library)
+''',
+    # SciPy's softmax by a computed name: outside PyTorch, where no mode looks; the data may not leave it
+    "scipy": '''
+def softmax(x, dim=-1):
+    import scipy.special as library
+    fn = getattr(library, "soft" + "max")
+    return torch.from_numpy(fn(x.detach().cpu().numpy(), axis=dim)).to(x.dtype)
+''',
 }
 
 WRONG_12 = None        # filled from the planted bank: the online softmax that forgets to rescale its sum
@@ -137,6 +181,18 @@ def chunked_attention(q, k, v, chunk_size, causal=False):
         if causal:
             scores = scores.masked_fill(torch.ones(scores.shape[-2:], dtype=torch.bool).triu(1), float("-inf"))
         return torch.softmax(scores, dim=-1) @ v
+''',
+    # the whole T x T matrix in NumPy, where the size limit (on PyTorch's tensors) does not look
+    "numpy": '''
+def chunked_attention(q, k, v, chunk_size, causal=False):
+    import numpy as np
+    Q, K, V = (t.detach().cpu().numpy().astype(np.float64) for t in (q, k, v))
+    s = Q @ np.swapaxes(K, -1, -2) / np.sqrt(Q.shape[-1])
+    if causal:
+        T_q, T_k = s.shape[-2], s.shape[-1]
+        s = np.where(np.arange(T_k)[None, :] <= np.arange(T_q)[:, None], s, -np.inf)
+    w = np.exp(s - s.max(-1, keepdims=True))
+    return torch.from_numpy((w / w.sum(-1, keepdims=True) @ V).astype(np.float32)).to(q.dtype)
 ''',
 }
 
@@ -182,6 +238,8 @@ def test_answers_and_shortcuts_gain_nothing(tmp_path):
 
     write_submission(subs, "honest", L12, build_submission(L12))
     write_submission(subs, "wrong", L12, build_submission(L12, planted[L12]["no_rescale_of_sum"]["replace"]))
+    # a right answer through the whole T x T matrix: the control for the same matrix built in NumPy
+    write_submission(subs, "naive", L12, build_submission(L12, planted[L12]["full_matrix"]["replace"]))
     for name, code in ATTACKS_12.items():
         write_submission(subs, f"attack-{name}", L12, build_submission(L12, {"chunked_attention": code}))
     for name in HONEST_12:
@@ -210,10 +268,14 @@ def test_answers_and_shortcuts_gain_nothing(tmp_path):
     attackers |= {(s, L05): "invalid-notebook" for s in ("link-solution", "link-student", "link-folder", "hard-link", "fifo")}
     attackers |= {(f"attack-{n}", L00): "suspicious" for n in ATTACKS_00}
     attackers |= {(f"attack-{n}", L12): "suspicious" for n in ATTACKS_12}
+    controls = {("attack-numpy", L12): "naive"}        # right answers the wrong way: their own control
+    naive = r("naive", L12)
+    if not (naive["status"] == "graded" and 0 < naive["score"] < naive["max_score"]):
+        problems.append(f"naive/{L12}: {naive['score']}/{naive['max_score']} {naive['status']}")
     for (student, lesson), status in attackers.items():
-        got, wrong = r(student, lesson), r("wrong", lesson)
+        got, wrong = r(student, lesson), r(controls.get((student, lesson), "wrong"), lesson)
         if got["score"] > wrong["score"]:
-            problems.append(f"{student}/{lesson} scored {got['score']}, more than the wrong control's {wrong['score']}")
+            problems.append(f"{student}/{lesson} scored {got['score']}, more than its control's {wrong['score']}")
         if got["status"] != status:
             problems.append(f"{student}/{lesson}: status {got['status']}, not {status} ({got['detail'][:300]})")
     for student in ("link-solution", "link-student", "link-folder"):
@@ -370,7 +432,9 @@ def test_static_reading_flags_reaching_around_the_checks():
     for name, code in ATTACKS_00.items():
         nb = build_submission(L00, {"softmax": code})
         found = forbidden.tampering(nb, source) + forbidden.aliases(nb, forbidden.lesson_names(source), source)
-        assert bool(found) == (name != "asyncio-thread"), name      # that one only the run-time check sees
+        # these only the run-time check sees: a module the reading does not flag, a thread started before
+        # the check, data taken out to SciPy
+        assert bool(found) == (name not in ("asyncio-thread", "prewarmed-thread", "scipy")), name
     for name in HONEST_00:
         nb = build_submission(L00, load_planted(everything=True)[L00][name]["replace"])
         assert not forbidden.tampering(nb, source) and not forbidden.aliases(nb, {"softmax", "log_softmax"}, source), name

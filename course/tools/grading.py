@@ -37,6 +37,7 @@ import queue
 import re
 import shutil
 import subprocess
+import warnings
 import sys
 import tempfile
 import threading
@@ -100,7 +101,14 @@ def _max_score(source_nb) -> float:
     return float(sum(c.metadata.nbgrader.get("points", 0) for c in _test_cells(source_nb)))
 
 
+# nbgrader builds gradebook rows through SQLAlchemy backrefs that SQLAlchemy 2 no longer cascades, and
+# SQLAlchemy says so on stderr for every submission ("... not in session, add operation along ... will
+# not proceed"); nbgrader adds those rows itself right after, so they are there (tests read them back).
+warnings.filterwarnings("ignore", message=r".*not in session, add operation along")
+
 MAX_NOTEBOOK_BYTES = 100 * 2**20       # a notebook larger than this is refused unread
+MAX_CELLS = 2000                        # more cells than this: refused (rendering them would take minutes)
+MAX_SOURCE_CHARS = 4_000_000            # characters of cell sources (code, Markdown, raw) a notebook may hold
 
 
 class _Refused(str):
@@ -196,11 +204,30 @@ def _read_notebook(path: Path):
     except Exception as exc:  # noqa: BLE001 - JSON or schema errors of every kind
         return None, f"{path.name} is not a valid notebook ({type(exc).__name__}: {str(exc).splitlines()[0][:200]}). " \
                      "It may be truncated or edited outside Jupyter; ask the student to re-save and resubmit it."
+    if len(nb.cells) > MAX_CELLS:
+        return None, (f"{path.name} has {len(nb.cells)} cells; a lesson's notebook has well under a hundred, and "
+                      f"at most {MAX_CELLS} are graded. Delete the extra cells and hand it in again.")
+    chars = sum(len(c.source) for c in nb.cells)
+    if chars > MAX_SOURCE_CHARS:
+        return None, (f"{path.name} holds {chars:,} characters of cell sources, more than the {MAX_SOURCE_CHARS:,} a "
+                      "notebook may (a lesson's has about 100 000); delete what is not part of your answers.")
     try:
         nbformat.validate(nb)
     except nbformat.ValidationError as exc:
         return None, f"{path.name} does not follow the notebook format ({str(exc).splitlines()[0][:200]})."
     return nb, ""
+
+
+def _as_plain_text(cell) -> None:
+    """A Markdown or raw cell the learner wrote, shown as its text: in a fenced block, no HTML, link or
+    image of it is rendered (nbgrader's formgrader renders autograded notebooks without sanitizing, in the
+    instructor's Jupyter, where a script could act as the instructor)."""
+    import re
+
+    fence = "`" * max(3, 1 + max((len(m) for m in re.findall(r"`+", cell.source)), default=0))
+    cell.cell_type = "markdown"
+    cell.source = f"{fence}text\n{cell.source}\n{fence}"
+    cell.pop("attachments", None)
 
 
 def _graded_notebook(nb, source_nb, release_nb, judged: dict, *, for_student: bool):
@@ -214,8 +241,11 @@ def _graded_notebook(nb, source_nb, release_nb, judged: dict, *, for_student: bo
     visible = {c.metadata.nbgrader.grade_id: c for c in _test_cells(release_nb)}
     verdicts = {c["grade_id"]: c for c in judged.get("cells", [])}
     outputs = judged.get("outputs", {})
+    lesson_text = {c.source for c in release_nb.cells if c.cell_type != "code"}
     for i, cell in enumerate(out.cells):
         if cell.cell_type != "code":
+            if cell.source not in lesson_text:
+                _as_plain_text(cell)
             continue
         cell.outputs, cell.execution_count = [], None
         gid = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
@@ -384,6 +414,18 @@ def _atomic_write(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
+def _csv_cell(value: str) -> str:
+    """A text cell a spreadsheet will not run: one starting with = + - @ (or a tab or carriage return)
+    is a formula there (OWASP's CSV injection), so it gets a leading apostrophe."""
+    return "'" + value if value[:1] in ("=", "+", "-", "@", "\t", "\r") else value
+
+
+def shown(text: str) -> str:
+    """Text from a submission (a folder name, a message) as a terminal shows it harmlessly: control
+    characters (escape sequences that move the cursor, erase lines or retitle the window) escaped."""
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in str(text))
+
+
 def _write_results(out: Path, results) -> None:
     """``grades.csv`` and ``results.json`` in ``out``, sorted by (student, lesson), each replaced atomically."""
     import io
@@ -393,7 +435,7 @@ def _write_results(out: Path, results) -> None:
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(["student", "lesson", "score", "max_score", "status"])
     for r in ordered:
-        w.writerow([r.student, r.lesson, f"{r.score:g}", f"{r.max_score:g}", r.status])
+        w.writerow([_csv_cell(r.student), _csv_cell(r.lesson), f"{r.score:g}", f"{r.max_score:g}", r.status])
     _atomic_write(out / "grades.csv", buf.getvalue())
     _atomic_write(out / "results.json", json.dumps([asdict(r) for r in ordered], indent=2) + "\n")
 
@@ -758,10 +800,10 @@ def grade(submissions: Path, out: Path, *, timeout: int = 60, lessons: list[str]
         done[0] += 1
         if bar is not None:
             bar.update(1)
-            bar.set_postfix_str(f"{res.student}/{res.lesson} {res.score:g}/{res.max_score:g} {res.status}")
+            bar.set_postfix_str(shown(f"{res.student}/{res.lesson} {res.score:g}/{res.max_score:g} {res.status}"))
         elif progress:
-            progress(f"[{done[0]}/{len(items)}] {res.student}/{res.lesson}: {res.score:g}/{res.max_score:g} {res.status}"
-                     f" ({res.seconds:.1f} s){' - ' + res.detail if res.detail else ''}")
+            progress(shown(f"[{done[0]}/{len(items)}] {res.student}/{res.lesson}: {res.score:g}/{res.max_score:g} "
+                           f"{res.status} ({res.seconds:.1f} s){' - ' + res.detail if res.detail else ''}"))
 
     def one(slot: int, student: str, lesson: str, folder: Path) -> SubmissionResult:
         start = time.perf_counter()
@@ -1065,11 +1107,11 @@ def _without_password(url: str) -> str:
 def summary_table(results: list[SubmissionResult], width: int = 110) -> str:
     rows = [("student", "lesson", "score", "status")]
     for r in results:
-        rows.append((r.student, r.lesson, f"{r.score:g}/{r.max_score:g}", r.status))
+        rows.append((shown(r.student), shown(r.lesson), f"{r.score:g}/{r.max_score:g}", r.status))
     widths = [min(max(len(row[i]) for row in rows), 30) for i in range(len(rows[0]))]
     lines = ["  ".join(c[:w].ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
-    details = [f"  {r.student}/{r.lesson} ({r.status}): {r.detail}"[:width * 3] for r in results if r.detail]
+    details = [shown(f"  {r.student}/{r.lesson} ({r.status}): {r.detail}")[:width * 3] for r in results if r.detail]
     if details:
         lines += ["", "details:"] + details
     ok = sum(r.status in OK_STATUSES for r in results)

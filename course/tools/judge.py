@@ -22,6 +22,7 @@ import random
 import select
 import signal
 import subprocess
+import sys
 import symtable
 import time
 from pathlib import Path
@@ -529,7 +530,28 @@ class Session:
             _copy_back(mutable, reply["mutated"])      # only where a test checks its inputs (else: thrown away)
         if reply.get("ok") is True:
             return reply.get("value") if "missing" not in reply else _MISSING
-        raise _rebuild_error(reply.get("error") or {})
+        raise _rebuild_error(self._withheld(reply.get("error") or {}))
+
+    def _withheld(self, info):
+        """A learner's exception raised while a hidden check runs keeps its type, not its message: the
+        message is the learner's to write, and could repeat the hidden inputs onto the feedback page."""
+        withheld = {"type": info.get("type") if isinstance(info, dict) else "Error",
+                    "message": "raised by your code after a hidden check's inputs reached it (its message is not "
+                               "shown: it could repeat them)"}
+        if getattr(self, "fork_saw_hidden", False):      # an earlier test cell of this fork sent hidden inputs
+            return withheld
+        hidden = getattr(self, "hidden_lines", None)
+        if not hidden or not isinstance(info, dict):
+            return info
+        filename, lines = hidden
+        frame = sys._getframe(1)
+        while frame is not None:
+            if frame.f_code.co_filename == filename:
+                if frame.f_lineno in lines:
+                    return withheld
+                break
+            frame = frame.f_back
+        return info
 
 
 def pickle_errors():
@@ -694,7 +716,8 @@ def suspicious(nb, source_nb=None) -> list[str]:
 
 # What course.forbidden.Guard and Worker.unforbid say when a learner's code went around the check (as opposed
 # to calling a forbidden function): such a notebook is `suspicious` too.
-_EVASIONS = ("started a thread or a process", "switched off or covered", "was removed while", "your code replaced")
+_EVASIONS = ("started a thread or a process", "switched off or covered", "was removed while", "your code replaced",
+             "took its data out of PyTorch", "another thread of your code was running", "its profile hook")
 
 
 class _ForbidHook:
@@ -1010,6 +1033,19 @@ class _Watchdog:
 _WATCHDOG = _Watchdog()
 
 
+def _hidden_block_lines(src: str) -> set[int]:
+    """Line numbers (1-based) between ``### BEGIN HIDDEN TESTS`` and ``### END HIDDEN TESTS``."""
+    lines, inside = set(), False
+    for number, line in enumerate(src.splitlines(), 1):
+        if "### BEGIN HIDDEN TESTS" in line:
+            inside = True
+        elif "### END HIDDEN TESTS" in line:
+            inside = False
+        elif inside:
+            lines.add(number)
+    return lines
+
+
 def run_test(session: Session, cell, context: dict, student_defs: dict, timeout: int, total_deadline: float) -> dict:
     """Run one test cell's trusted code here, the learner's names as stand-ins. Returns its verdict.
     (It talks to a fork of the worker, made by :func:`grade_submission` before it.)"""
@@ -1024,6 +1060,8 @@ def run_test(session: Session, cell, context: dict, student_defs: dict, timeout:
     except ImportError:  # pragma: no cover
         pass
     session.deadline = min(time.monotonic() + timeout, total_deadline)
+    filename = f"<test {cell.metadata.nbgrader.grade_id}>"
+    session.hidden_lines = (filename, _hidden_block_lines(src))
     injected = []
     try:
         for name in free_names(src):
@@ -1038,7 +1076,7 @@ def run_test(session: Session, cell, context: dict, student_defs: dict, timeout:
             ns[name] = value
             injected.append(name)
         before = {k: ns[k] for k in injected}
-        code = compile(src, f"<test {cell.metadata.nbgrader.grade_id}>", "exec")
+        code = compile(src, filename, "exec")
         with torch.random.fork_rng(devices=[]):
             exec(code, ns)
         passed, message, restart = True, "", None
@@ -1049,6 +1087,9 @@ def run_test(session: Session, cell, context: dict, student_defs: dict, timeout:
             raise
         passed, message, restart = False, _message(exc, timeout), None
     session.deadline = None
+    if session.hidden_lines[1]:
+        session.fork_saw_hidden = True
+    session.hidden_lines = None
     # Names the test cell defined stay for later test cells (like a notebook); stand-ins do not (they
     # live in the test's fork).
     keep = getattr(session, "test_defs", {})
@@ -1082,6 +1123,7 @@ def _fork_for_tests(session: Session, timeout: int) -> set:
                            "code starts.") from None
     finally:
         session.deadline = None
+    session.fork_saw_hidden = False        # a fresh fork: no hidden input has reached it yet
     return set(session.proxies)
 
 

@@ -143,7 +143,12 @@ class Worker:
                 "course.forbidden._Functions.__torch_function__": forbidden._Functions.__dict__.get("__torch_function__"),
                 "course.checks._targets": checks.__dict__.get("_targets"),
                 "course.forbidden.Guard": forbidden.__dict__.get("Guard"),
-                "Worker.forbid": Worker.__dict__.get("forbid"), "Worker.unforbid": Worker.__dict__.get("unforbid")}
+                "course.forbidden.OutsidePyTorch": forbidden.__dict__.get("OutsidePyTorch"),
+                "course.forbidden.OutsidePyTorch.__call__": forbidden.OutsidePyTorch.__dict__.get("__call__"),
+                "course.forbidden.other_threads": forbidden.__dict__.get("other_threads"),
+                "course.forbidden._tasks_created": forbidden.__dict__.get("_tasks_created"),
+                "Worker.forbid": Worker.__dict__.get("forbid"), "Worker.unforbid": Worker.__dict__.get("unforbid"),
+                "Worker.watched": Worker.__dict__.get("watched")}
 
     def forbid(self, names, why, limit=None):
         """Block the forbidden names (attribute patches) and, below them, every call of those functions
@@ -169,6 +174,33 @@ class Worker:
         guard = cls(names, why, None if limit is None else int(limit))
         (original.get("course.forbidden.Guard.__enter__") or cls.__enter__)(guard)
         self.forbidden.append((saved, guard))
+
+    @contextlib.contextmanager
+    def watched(self):
+        """Around the learner's code in one request, under a closed guard (lesson 00's softmax, lesson 12's
+        size limit): no other thread may be running (PyTorch's modes watch this thread only; a test's
+        fork starts with one), and the data must stay in PyTorch (:class:`course.forbidden.OutsidePyTorch`)."""
+        import sys
+
+        from course import forbidden
+
+        guard = self.forbidden[-1][1] if self.forbidden else None
+        if guard is None or not getattr(guard, "closed", False):
+            yield
+            return
+        if forbidden._tasks_created() is not None and forbidden.other_threads():
+            guard.violations.append("another thread of your code was running when a checked call started: the check "
+                                    "watches the thread that calls your function, so this exercise's functions must "
+                                    f"do their work in that thread. This exercise asks you to {guard.why}.")
+        hook, previous = forbidden.OutsidePyTorch(guard), sys.getprofile()
+        sys.setprofile(hook)
+        try:
+            yield
+        finally:
+            if sys.getprofile() is not hook:
+                guard.violations.append("the check of forbidden calls (its profile hook) was switched off while your "
+                                        f"code ran: this exercise asks you to {guard.why}.")
+            sys.setprofile(previous)
 
     def unforbid(self):
         """End the innermost :meth:`forbid`; returns what was violated meanwhile (sentences)."""
@@ -224,7 +256,9 @@ class Worker:
         with torch.set_grad_enabled(bool(req.get("grad", True))), contextlib.redirect_stdout(_Capped(0)), \
                 contextlib.redirect_stderr(_Capped(0)):
             if op == "getattr":
-                return self.answer(getattr(obj, req["name"]))
+                with self.watched():
+                    value = getattr(obj, req["name"])
+                return self.answer(value)
             if op == "setattr":
                 setattr(obj, req["name"], self.resolve(req["value"]))
                 return {"ok": True, "value": None}
@@ -234,21 +268,28 @@ class Worker:
                 tensors = self.wire.tensors((req["args"], req["kwargs"]))     # before handles are resolved
                 args, kwargs = self.resolve(req["args"]), self.resolve(req["kwargs"])
                 before = [(t._version, _raw(t)) for t in tensors]
-                reply = self.answer(obj(*args, **kwargs))
+                with self.watched():
+                    value = obj(*args, **kwargs)
+                reply = self.answer(value)
                 changed = [[i, t.detach()] for i, (t, (version, raw)) in enumerate(zip(tensors, before))
                            if t._version != version or not _same(raw, t)]
                 if changed:
                     reply["mutated"] = changed
                 return reply
             if op == "getitem":
-                return self.answer(obj[self.resolve(req["key"])])
+                key = self.resolve(req["key"])
+                with self.watched():
+                    value = obj[key]
+                return self.answer(value)
             if op == "setitem":
                 obj[self.resolve(req["key"])] = self.resolve(req["value"])
                 return {"ok": True, "value": None}
             if op == "len":
                 return {"ok": True, "value": int(len(obj))}
             if op == "iter":
-                return self.answer(list(iter(obj))[:100_000])
+                with self.watched():
+                    value = list(iter(obj))[:100_000]
+                return self.answer(value)
             if op == "contains":
                 return {"ok": True, "value": bool(self.resolve(req["item"]) in obj)}
             if op == "bool":
