@@ -189,7 +189,8 @@ class OutsidePyTorch:
     when the call takes a tensor's data out of PyTorch (``Tensor.numpy``, ``np.asarray``, DLPack, raw
     storage) or runs NumPy, SciPy and the like, where neither the forbidden-kernel check nor the size
     limit can see (``scipy.special.softmax``, a T x T matrix built in NumPy). Pure Python on numbers
-    (``tolist``, ``math.exp``) is the learner's own work and is left alone."""
+    (``tolist``, ``math.exp``) is the learner's own work and is left alone, except ``tolist`` under a
+    size limit."""
 
     def __init__(self, guard: Guard):
         self.guard = guard
@@ -201,7 +202,8 @@ class OutsidePyTorch:
         what = None
         if event == "c_call":
             qual, module = getattr(arg, "__qualname__", "") or "", getattr(arg, "__module__", None) or ""
-            if qual in _LEAVING or module.split(".")[0] in _OUTSIDE:
+            # under a size limit, a whole matrix as Python lists would be as unseen as one in NumPy
+            if qual in _LEAVING or module.split(".")[0] in _OUTSIDE or (qual == "Tensor.tolist" and self.guard.limit):
                 what = f"{module + '.' if module else ''}{qual}"
         elif event == "call":
             module = frame.f_globals.get("__name__", "") or ""

@@ -260,7 +260,9 @@ class Worker:
                     value = getattr(obj, req["name"])
                 return self.answer(value)
             if op == "setattr":
-                setattr(obj, req["name"], self.resolve(req["value"]))
+                value = self.resolve(req["value"])
+                with self.watched():
+                    setattr(obj, req["name"], value)
                 return {"ok": True, "value": None}
             if op == "call":
                 # Tensors the judge passed are copies: any the call changed in place travel back, so
@@ -282,20 +284,27 @@ class Worker:
                     value = obj[key]
                 return self.answer(value)
             if op == "setitem":
-                obj[self.resolve(req["key"])] = self.resolve(req["value"])
+                key, value = self.resolve(req["key"]), self.resolve(req["value"])
+                with self.watched():
+                    obj[key] = value
                 return {"ok": True, "value": None}
             if op == "len":
-                return {"ok": True, "value": int(len(obj))}
+                with self.watched():
+                    return {"ok": True, "value": int(len(obj))}
             if op == "iter":
                 with self.watched():
                     value = list(iter(obj))[:100_000]
                 return self.answer(value)
             if op == "contains":
-                return {"ok": True, "value": bool(self.resolve(req["item"]) in obj)}
+                item = self.resolve(req["item"])
+                with self.watched():
+                    return {"ok": True, "value": bool(item in obj)}
             if op == "bool":
-                return {"ok": True, "value": bool(obj)}
+                with self.watched():
+                    return {"ok": True, "value": bool(obj)}
             if op == "repr":
-                return {"ok": True, "value": repr(obj)[:2000]}
+                with self.watched():
+                    return {"ok": True, "value": repr(obj)[:2000]}
         raise ValueError(f"unknown request {op!r}")
 
     def test_begin(self) -> bool:
