@@ -12,6 +12,7 @@ import contextlib
 import inspect
 import math
 import re
+import sys
 from typing import Callable, Iterable
 
 import torch
@@ -288,10 +289,19 @@ def forbid(fn, *names: str, why: str, limit: int | None = None):
         except (AttributeError, TypeError):
             continue
     guard = forbidden.Guard(names, why, limit)
+    # the learner's own softmax, or a size limit: the data must also stay in PyTorch (as under grading)
+    hook = forbidden.OutsidePyTorch(guard) if guard.closed else None
     error = None
     try:
         with guard:
-            yield
+            previous = sys.getprofile()
+            if hook is not None:
+                sys.setprofile(hook)
+            try:
+                yield
+            finally:
+                if hook is not None:
+                    sys.setprofile(previous)
     except Exception as exc:  # noqa: BLE001 - a recorded violation is the verdict, whatever the code did next
         error = exc
     finally:

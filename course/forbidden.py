@@ -193,7 +193,16 @@ class OutsidePyTorch:
     size limit."""
 
     def __init__(self, guard: Guard):
+        import sys
+
         self.guard = guard
+        # the frames that were running when the check began: the learner's calls run below them
+        frame, outer = sys._getframe(1), []
+        while frame is not None:
+            outer.append(frame)
+            frame = frame.f_back
+        self.outer = frozenset(map(id, outer))
+        self._keep = outer                 # (their ids stay theirs while the hook lives)
         self.seen = False
 
     def __call__(self, frame, event, arg):
@@ -209,12 +218,34 @@ class OutsidePyTorch:
             module = frame.f_globals.get("__name__", "") or ""
             if module.split(".")[0] in _OUTSIDE:
                 what = f"{module}.{frame.f_code.co_name}"
-        if what:
+        if what and not _installed_module_loading(frame, self.outer):
             self.seen = True
             self.guard.violations.append(
                 f"your code took its data out of PyTorch ({what}) inside a checked call: the check sees only "
                 f"PyTorch's operations, so this exercise's functions compute with them (not NumPy or SciPy). "
                 f"This exercise asks you to {self.guard.why}.")
+
+
+def _installed_prefixes() -> tuple[str, ...]:
+    import sysconfig
+
+    paths = sysconfig.get_paths()
+    return tuple(sorted({paths[k] for k in ("stdlib", "platstdlib", "purelib", "platlib") if paths.get(k)}))
+
+
+_INSTALLED = _installed_prefixes()
+
+
+def _installed_module_loading(frame, outer=frozenset()) -> bool:
+    """Whether ``frame`` runs under the top level of an installed module imported since the check began
+    (below the ``outer`` frames; PyTorch loads parts of itself lazily, and those touch NumPy): not the
+    learner's work. A module the learner wrote (in the working folder) counts as the learner's."""
+    while frame is not None and id(frame) not in outer:
+        code = frame.f_code
+        if code.co_name == "<module>" and code.co_filename.startswith(_INSTALLED):
+            return True
+        frame = frame.f_back
+    return False
 
 
 def other_threads() -> bool:
