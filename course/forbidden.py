@@ -227,10 +227,20 @@ class OutsidePyTorch:
 
 
 def _installed_prefixes() -> tuple[str, ...]:
+    """Where installed Python code lives here: the standard library, every site-packages (Debian's
+    dist-packages too) and the folder PyTorch itself was loaded from."""
+    import os
+    import site
     import sysconfig
 
     paths = sysconfig.get_paths()
-    return tuple(sorted({paths[k] for k in ("stdlib", "platstdlib", "purelib", "platlib") if paths.get(k)}))
+    found = {paths[k] for k in ("stdlib", "platstdlib", "purelib", "platlib") if paths.get(k)}
+    try:
+        found.update(site.getsitepackages())
+    except AttributeError:  # pragma: no cover - some virtualenvs' site module
+        pass
+    found.add(os.path.dirname(os.path.dirname(torch.__file__)))
+    return tuple(sorted(os.path.join(p, "") for p in found if p))
 
 
 _INSTALLED = _installed_prefixes()
