@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -172,6 +173,34 @@ def test_warm_sandbox_imports_what_the_lessons_import(tmp_path):
     code = ("import sys; from course.tools.worker import _warm; _warm(['course.oracles.bert,no.such.module']); "
             "print('transformers.models.bert.modeling_bert' in sys.modules)")
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout.strip() == "True"
+
+
+def test_a_judge_adopts_the_sandbox_it_launched_as_it_started(tmp_path, monkeypatch):
+    """Each judge launches its warm sandbox before its own imports (the grader describes it in
+    $COURSE_JUDGE_PRESTART) and its first submission adopts it; a submission that needs another sandbox
+    (other modules, other limits) gets a new one, and the launched one is stopped."""
+    import time
+
+    from course.tools import judge, sandbox
+
+    if not sandbox.available()[0]:
+        pytest.skip("bubblewrap is not available here: " + sandbox.available()[1])
+    limits = sandbox.Limits(memory_mb=3000)
+    want = {"scratch_base": str(tmp_path), "warm": ["course.masks"], "limits": {"memory_mb": 3000}}
+    for warm, adopted in ((["course.masks"], True), (["course.plots"], False)):
+        monkeypatch.setenv(sandbox.PRESTART_ENV, json.dumps(want))
+        early = sandbox.prestart_from_env()
+        assert sandbox.PRESTART_ENV not in os.environ and early is not None
+        monkeypatch.setattr(judge, "_EARLY", early)
+        try:
+            judge._ZYGOTE.start(tmp_path, warm, limits, time.monotonic() + 120)
+            assert judge._ZYGOTE.alive() and (judge._ZYGOTE.proc is early[1][0]) == adopted
+            if not adopted:
+                assert early[1][0].wait(timeout=10) is not None and not early[1][2].exists()
+        finally:
+            judge._ZYGOTE.kill()
+    monkeypatch.setenv(sandbox.PRESTART_ENV, "{not json")
+    assert sandbox.prestart_from_env() is None          # an optimisation only: the judge starts as before
 
 
 # -- issue 19: the protocol, straight through the judge ----------------------------------------------

@@ -465,6 +465,16 @@ def _record_gradebook(ws: Workspace, res: SubmissionResult) -> None:
         gb.db.commit()
 
 
+def _unvalidated(path: Path):
+    """A notebook read without nbformat's validation (whose first use compiles the schema, about half a
+    second): for the instructor's own notebooks, read before the judges start."""
+    raw = json.loads(Path(path).read_text(encoding="utf-8"))
+    for cell in raw.get("cells", []):
+        if isinstance(cell.get("source"), list):
+            cell["source"] = "".join(cell["source"])
+    return nbformat.from_dict(raw)
+
+
 def _imported_modules(source_nb) -> set[str]:
     """Modules the instructor's notebook imports in the cells a sandbox runs (not tests, not
     experiments): a warm sandbox imports them once per batch, not once per submission."""
@@ -566,8 +576,9 @@ def _generate_assignments(ws: Workspace, lessons: list[str], *, fresh: bool) -> 
 class _Judges:
     """``jobs`` judge processes (``python -m course.tools.judge``), each grading one notebook at a time."""
 
-    def __init__(self, jobs: int):
+    def __init__(self, jobs: int, prestart: dict | None = None):
         self.jobs = max(1, int(jobs))
+        self.prestart = prestart           # the warm sandbox each judge launches first (sandbox.prestart_from_env)
         self.procs: dict[int, subprocess.Popen] = {}
         self.first: list[tuple] = []       # per judge process: (started, asked, answered, phases) of its first submission
         self._started: dict[int, float] = {}
@@ -575,7 +586,12 @@ class _Judges:
     def _proc(self, slot: int) -> subprocess.Popen:
         p = self.procs.get(slot)
         if p is None or p.poll() is not None:
+            from course.tools import sandbox
+
             env = dict(os.environ, OMP_NUM_THREADS="1")
+            env.pop(sandbox.PRESTART_ENV, None)
+            if self.prestart is not None:
+                env[sandbox.PRESTART_ENV] = json.dumps(self.prestart)
             p = self.procs[slot] = subprocess.Popen([sys.executable, "-m", "course.tools.judge"], stdin=subprocess.PIPE,
                                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env,
                                                     start_new_session=True)
@@ -628,9 +644,13 @@ class _Judges:
                 pass
 
     def close(self):
-        for p in self.procs.values():
+        for p in self.procs.values():          # every judge told first: they end side by side
             try:
                 p.stdin.close()
+            except OSError:
+                pass
+        for p in self.procs.values():
+            try:
                 p.wait(timeout=10)
             except Exception:  # noqa: BLE001
                 p.kill()
@@ -714,12 +734,21 @@ def grade(submissions: Path, out: Path, *, timeout: int = 60, lessons: list[str]
     version = {lesson: _sha256(known[lesson].solution) for lesson in used}    # = the workspace's source/
     todo = sum(1 for student, lesson, folder in items if _needs_judge(previous.get((student, lesson)), folder, lesson,
                                                                        version[lesson]))
+    # Scratch folders of the sandboxes (COURSE_GRADE_SCRATCH picks where: e.g. a faster disk).
+    scratch_base = Path(tempfile.mkdtemp(prefix="course-grade-", dir=os.environ.get("COURSE_GRADE_SCRATCH") or None))
+    os.chmod(scratch_base, 0o711)
+    # The modules a warm sandbox imports first: those the lessons' own cells import (the instructor's
+    # notebooks are the workspace's source/, hashed as `version` above).
+    warm = sorted({m for lesson in used for m in _imported_modules(_unvalidated(known[lesson].solution))})
     if executor == "dask" and todo:
         from course.tools.grading_dask import DaskJudges
 
         judges = DaskJudges(min(jobs, max(1, todo)), scheduler, retries)
     else:
-        judges = _Judges(min(jobs, max(1, todo)))
+        # Each judge launches its warm sandbox as it starts, before its own imports.
+        prestart = None if unsafe_no_sandbox else {"scratch_base": str(scratch_base), "warm": warm,
+                                                   "limits": {"memory_mb": memory_mb}}
+        judges = _Judges(min(jobs, max(1, todo)), prestart)
     if todo:
         judges.start_all()
     startup["scan"] = time.perf_counter() - t_start
@@ -740,19 +769,16 @@ def grade(submissions: Path, out: Path, *, timeout: int = 60, lessons: list[str]
                              if p.is_file() and p.suffix != ".ipynb"]
         source_nbs = {l: nbformat.read(str(p), as_version=4) for l, p in sources.items()}
         hidden = {l: _hidden_lines(source_nbs[l], releases[l]) for l in used}
-        warm = sorted({m for l in used for m in _imported_modules(source_nbs[l])})
         startup["assignment" + (" (cached)" if from_cache else "")] = time.perf_counter() - t
         if todo:      # the gradebook's library (a second to import) loads while the judges start
             threading.Thread(target=_load_gradebook_library, daemon=True).start()
     except BaseException:
         judges.close()
+        shutil.rmtree(scratch_base, ignore_errors=True)
         raise
     gradebook_kept = had_gradebook and ws.db_url == f"sqlite:///{ws.db_path}"    # else write kept results again
     keep_submitted = submissions != (ws.path / "submitted").resolve()   # `course workshop` grades in place
     lock = threading.Lock()
-    # Scratch folders of the sandboxes (COURSE_GRADE_SCRATCH picks where: e.g. a faster disk).
-    scratch_base = Path(tempfile.mkdtemp(prefix="course-grade-", dir=os.environ.get("COURSE_GRADE_SCRATCH") or None))
-    os.chmod(scratch_base, 0o711)
     if progress:
         which = f"shard {shard[0]}/{shard[1]}: " if shard else ""
         again = f" ({len(items) - todo} unchanged since the last run: kept)" if len(items) > todo else ""
@@ -941,8 +967,9 @@ def _startup_line(startup: dict, first: list, t_start: float) -> str:
         started, asked, answered, phases = min(first, key=lambda f: f[2])
         work = sum(phases.values()) - phases.get("start", 0.0)      # grading that submission itself
         waited = max(0.0, answered - asked - sum(phases.values()))
+        # Each judge launches its warm sandbox as it starts: the sandbox's wait is what was left after the judge's.
         parts += [f"judge start {waited:.1f} s (after {asked - started:.1f} s alongside the above)",
-                  f"warm sandbox {phases.get('start', 0.0):.1f} s"]
+                  f"warm sandbox {phases.get('start', 0.0):.1f} s more"]
         overhead = answered - t_start - work + (before or 0.0)
         return f"start-up: {', '.join(parts)}; per-batch cost {overhead:.1f} s before the first verdict"
     return f"start-up: {', '.join(parts)}; nothing needed a judge"

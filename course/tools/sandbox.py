@@ -200,7 +200,7 @@ def learner_package(pkg: str | None = None) -> Path:
         pkg = str(Path(course.__file__).resolve().parent)
     src = Path(pkg)
     rels = _sandbox_package_files(src)
-    digest = hashlib.sha256()
+    digest = hashlib.sha256(b"compiled for " + sys.version.encode() + b"\0")
     for rel in rels:
         digest.update(rel.encode() + b"\0" + (src / rel).read_bytes() + b"\0")
     top = _private_dir(Path(os.environ.get("COURSE_GRADE_SCRATCH") or tempfile.gettempdir())
@@ -214,6 +214,10 @@ def learner_package(pkg: str | None = None) -> Path:
         dest.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(src / rel, dest)
         os.chmod(dest, 0o444)
+    # Compiled here, once: the sandbox cannot write bytecode, and each warm sandbox would compile the package again.
+    import compileall
+
+    compileall.compile_dir(str(tmp / "course"), quiet=2, workers=1)
     for d in [tmp, *[p for p in (tmp / "course").rglob("*") if p.is_dir()], tmp / "course"]:
         os.chmod(d, 0o755)
     try:
@@ -336,6 +340,55 @@ def worker_command(scratch: Path | None = None, *, sandbox: bool = True, zygote:
     else:
         cmd += ["--"]
     return cmd + worker
+
+
+def launch_zygote(scratch_base: Path, warm: Sequence[str], limits: Limits):
+    """Start a warm sandbox (see :func:`worker_command` with ``zygote``) without waiting for it: returns
+    ``(process, control socket, inbox)``. Its PID 1 says "ready" on the control socket once it has
+    imported everything; the caller waits for that (:class:`course.tools.judge._Zygote`)."""
+    import socket
+    import tempfile
+
+    inbox = Path(tempfile.mkdtemp(prefix="course-inbox-", dir=scratch_base))
+    os.chmod(inbox, 0o755)
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    try:
+        cmd = worker_command(sandbox=True, zygote=True, warm=warm, ctrl_fd=theirs.fileno(), inbox=inbox,
+                             limits=limits)
+        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                pass_fds=[theirs.fileno()], start_new_session=True, preexec_fn=limits.apply)
+    except BaseException:
+        ours.close()
+        remove_scratch(inbox)
+        raise
+    finally:
+        theirs.close()
+    return proc, ours, inbox
+
+
+PRESTART_ENV = "COURSE_JUDGE_PRESTART"      # set by the grader: the warm sandbox a new judge starts first
+
+
+def prestart_from_env():
+    """In a judge process that is just starting: launch the warm sandbox the grader described in
+    ``$COURSE_JUDGE_PRESTART`` (JSON: scratch_base, warm, limits), so that the sandbox imports its
+    libraries while the judge imports its own. Returns ``(key, (process, socket, inbox))`` or None; the
+    judge adopts it for its first submission if that submission asks for the same sandbox (the key)."""
+    import json
+
+    raw = os.environ.pop(PRESTART_ENV, None)
+    if not raw:
+        return None
+    try:
+        want = json.loads(raw)
+        key = prestart_key(want["scratch_base"], want.get("warm", []), Limits(**want.get("limits", {})))
+        return key, launch_zygote(Path(want["scratch_base"]), list(want.get("warm", [])), Limits(**want.get("limits", {})))
+    except Exception:  # noqa: BLE001 - an optimisation: the first submission starts its sandbox as usual
+        return None
+
+
+def prestart_key(scratch_base, warm, limits: Limits) -> tuple:
+    return (str(scratch_base), tuple(str(w) for w in warm), limits)
 
 
 def prepare_scratch(base: Path) -> Path:
