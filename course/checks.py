@@ -32,6 +32,10 @@ __all__ = [
     "set_random_params",
     "check_parameters_used",
     "check_independent_layers",
+    "uniform_attention_values",
+    "constant_hidden_values",
+    "zero_values",
+    "check_dropout_inside",
     "FORBIDDEN_HOOK",
 ]
 
@@ -411,3 +415,66 @@ def check_parameters_used(module, run: Callable, what: str, *, names: Iterable[s
                   f"changing {what}.{k} does not change the output: is it used in forward?")
     finally:
         module.load_state_dict(state, strict=False)
+
+
+# --- Probes that make each dropout site observable ------------------------------------------------------------
+#
+# A dropout on a sublayer's OUTPUT zeroes entries and scales the others by one constant 1 / (1 - p). A dropout
+# INSIDE the sublayer (on the attention weights, on the feed-forward's hidden units) changes the sublayer's
+# output by a different factor at every position. The probes below set a learner's weights (through
+# set_params) so that, without the inner dropout, the sublayer adds the SAME vector at every position: then
+# every non-zero entry of (output - input) in a feature column has one value, whatever the output dropout
+# did, and an inner dropout shows as values that differ down the column. Nothing depends on how the dropout
+# is written (nn.Dropout, F.dropout, nn.MultiheadAttention's or scaled_dot_product_attention's dropout_p) nor
+# on the order in which the random masks are drawn.
+
+def uniform_attention_values(state: dict, in_weight: str, in_bias: str, out_weight: str, out_bias: str,
+                             generator: torch.Generator, *, q_k_v: tuple | None = None) -> dict:
+    """Parameter values that make an attention sublayer add one fixed vector at every position (without
+    dropout on its weights): q = k = 0 (every score 0, uniform weights, rows summing to 1), v = the same
+    random vector for every token, a random output projection without bias.
+
+    ``in_weight``/``in_bias`` name a fused (3D, D) projection ``[q | k | v]``; with ``q_k_v`` = three
+    (weight, bias) name pairs (separate projections) they are ignored.
+    """
+    D = state[out_weight].shape[0]
+    values = {out_weight: torch.randn(D, D, generator=generator) / math.sqrt(D), out_bias: torch.zeros(D)}
+    v_bias = 1.0 + torch.randn(D, generator=generator)
+    if q_k_v is None:
+        values[in_weight] = torch.zeros(state[in_weight].shape)
+        values[in_bias] = torch.cat([torch.zeros(2 * D), v_bias])
+    else:
+        for (w, b), bias in zip(q_k_v, (torch.zeros(D), torch.zeros(D), v_bias)):
+            values[w], values[b] = torch.zeros(state[w].shape), bias
+    return values
+
+
+def constant_hidden_values(state: dict, w1: str, b1: str, w2: str, b2: str, generator: torch.Generator) -> dict:
+    """Parameter values that make a feed-forward network ``w2 @ act(w1 @ x + b1) + b2`` add one fixed vector
+    at every position (without dropout on its hidden units): w1 = 0, b1 positive (ReLU and GELU keep it),
+    w2 random, b2 = 0."""
+    d_hidden = state[b1].shape[0]
+    D = state[b2].shape[0]
+    return {w1: torch.zeros(state[w1].shape), b1: 0.5 + torch.rand(d_hidden, generator=generator),
+            w2: torch.randn(D, d_hidden, generator=generator) / math.sqrt(d_hidden), b2: torch.zeros(D)}
+
+
+def zero_values(state: dict, *names: str) -> dict:
+    """Zeros for each named parameter (an output projection set to zero silences its sublayer)."""
+    return {n: torch.zeros(state[n].shape) for n in names}
+
+
+def check_dropout_inside(delta: torch.Tensor, what: str, site: str, *, hint: str = "") -> None:
+    """``delta`` (..., D) is what a sublayer probed with the values above added in training mode. Without a
+    dropout at ``site`` every non-zero entry of a feature column has the same value; with it, they differ."""
+    delta = delta.detach().reshape(-1, delta.shape[-1]).double()
+    live = delta.abs() > 1e-6
+    check(bool(live.any()), f"{what}: the sublayer added nothing at any position in training mode; with dropout "
+                            f"strictly between 0 and 1 most of its output should survive.")
+    big, small = delta.masked_fill(~live, -math.inf).amax(0), delta.masked_fill(~live, math.inf).amin(0)
+    seen = live.any(0)
+    spread = ((big - small)[seen] / delta.abs().amax(0)[seen]).max().item()
+    check(spread > 0.05, f"{what}: with weights that make the sublayer add the same vector at every position, every "
+                         f"surviving entry of a feature column has the same value in training mode (largest spread "
+                         f"{spread:.1e}), so nothing varies {site}: the dropout {site} is missing (or inactive). "
+                         + (hint or "Apply it there in training mode, as the docstring says."))

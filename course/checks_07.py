@@ -14,7 +14,7 @@ import torch
 
 from course import checks
 
-__all__ = ["SHORTCUTS", "randomise_norms", "switch_off_sublayers", "make_block", "check_block", "check_rejects"]
+__all__ = ["SHORTCUTS", "randomise_norms", "switch_off_sublayers", "make_block", "check_block", "check_rejects", "dropout_probe"]
 
 
 SHORTCUTS = ("TransformerEncoderLayer", "to_torch_encoder_layer", "load_torch_encoder_layer")
@@ -81,3 +81,26 @@ def check_rejects(block, x, mask, what):
         "one per head?) and must be an error that says what to pass: (B, 1, T, T) per example, (B, H, T, T) per "
         "head (course.masks.attention_mask does this check)."
     )
+
+
+DROPOUT_SITES = {"on the attention weights": "attention", "after the feed-forward's ReLU": "feed-forward"}
+
+
+def dropout_probe(cls, d_model, n_heads, d_ff, p, site, generator):
+    """A pre-norm ``cls(d_model, n_heads, d_ff, dropout=p, norm_first=True)`` in training mode, whose
+    weights make ONE sublayer add the same vector at every position and silence the other, so that
+    :func:`course.checks.check_dropout_inside` can see the dropout at ``site`` (a key of DROPOUT_SITES)."""
+    block = checks.call(cls, d_model, n_heads, d_ff, dropout=p, norm_first=True, what="EncoderBlock.__init__")
+    state = checks.call(block.state_dict, what="EncoderBlock.state_dict")
+    names = ["self_attn.in_proj_weight", "self_attn.in_proj_bias", "self_attn.out_proj.weight", "self_attn.out_proj.bias",
+             "ff.linear1.weight", "ff.linear1.bias", "ff.linear2.weight", "ff.linear2.bias"]
+    missing = [n for n in names if n not in state]
+    checks.check(not missing, f"your EncoderBlock has no parameter {missing[0] if missing else ''!r}: use "
+                              "self_attn = nn.MultiheadAttention(...) and ff = FeedForward(...) with linear1, linear2.")
+    if DROPOUT_SITES[site] == "attention":
+        values = {**checks.uniform_attention_values(state, *names[:4], generator), **checks.zero_values(state, *names[6:])}
+    else:
+        values = {**checks.constant_hidden_values(state, *names[4:], generator), **checks.zero_values(state, *names[2:4])}
+    checks.set_params(block, values, "your EncoderBlock")
+    block.train()
+    return block

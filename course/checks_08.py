@@ -17,7 +17,7 @@ from torch import nn
 
 from course import checks
 
-__all__ = ["TableModel", "length_penalty_model", "make_decoder_block", "check_decoder_block", "randomise_norms", "call_model", "gnmt_penalty", "sequence_logprob", "check_hypotheses", "strip_after_eos", "random_state_dicts"]
+__all__ = ["TableModel", "length_penalty_model", "make_decoder_block", "DROPOUT_SITES", "decoder_dropout_probe", "check_transformer_dropout", "check_decoder_block", "randomise_norms", "call_model", "gnmt_penalty", "sequence_logprob", "check_hypotheses", "strip_after_eos", "random_state_dicts"]
 
 PAD, BOS, EOS = 0, 1, 2
 
@@ -73,15 +73,18 @@ class TableModel(nn.Module):
         return cls(table)
 
     @classmethod
-    def random(cls, seed: int, V: int = 5, L: int = 6, V_src: int = 6, spread: float = 1.5, src_spread: float = 1.0):
-        """Random scores (seeded); <pad> and <bos> are never likely outputs (score -20)."""
+    def random(cls, seed: int, V: int = 5, L: int = 6, V_src: int = 6, spread: float = 1.5, src_spread: float = 1.0,
+               pad_id: int = PAD):
+        """Random scores (seeded); <pad> and <bos> are never likely outputs (score -20). ``pad_id`` (0 by default)
+        is the model's padding id: a test can pick another one, so that a decoder that assumes 0 shows."""
         g = torch.Generator().manual_seed(seed)
         table = spread * torch.randn(L, V, V, generator=g)
         src_table = src_spread * torch.randn(V_src, V, generator=g)
-        src_table[PAD] = 25.0 * torch.randn(V, generator=g)        # padding carries loud scores: it must be masked
+        src_table[pad_id] = 25.0 * torch.randn(V, generator=g)     # padding carries loud scores: it must be masked
         table[..., PAD] = -20.0
+        table[..., pad_id] = -20.0
         table[..., BOS] = -20.0
-        return cls(table, src_table)
+        return cls(table, src_table, pad_id)
 
     def encode(self, src: torch.Tensor, src_mask: torch.Tensor | None = None) -> torch.Tensor:
         return self.src_table[src]                                   # (B, S, V)
@@ -210,6 +213,32 @@ def make_decoder_block(cls, d_model, n_heads, d_ff, *, norm_first, generator, dr
     return randomise_norms(block, generator)
 
 
+DROPOUT_SITES = ("on the self-attention weights", "on the cross-attention weights", "after the feed-forward's ReLU")
+
+
+def decoder_dropout_probe(cls, d_model, n_heads, d_ff, p, site, generator):
+    """A pre-norm ``cls(d_model, n_heads, d_ff, dropout=p, norm_first=True)`` in training mode, whose weights
+    make ONE sublayer add the same vector at every position and silence the two others, so that
+    :func:`course.checks.check_dropout_inside` can see the dropout at ``site`` (one of DROPOUT_SITES)."""
+    block = checks.call(cls, d_model, n_heads, d_ff, dropout=p, norm_first=True, what="DecoderBlock.__init__")
+    state = checks.call(block.state_dict, what="DecoderBlock.state_dict")
+    attn = {a: [f"{a}.in_proj_weight", f"{a}.in_proj_bias", f"{a}.out_proj.weight", f"{a}.out_proj.bias"]
+            for a in ("self_attn", "cross_attn")}
+    ff = ["linear1.weight", "linear1.bias", "linear2.weight", "linear2.bias"]
+    missing = [n for n in attn["self_attn"] + attn["cross_attn"] + ff if n not in state]
+    checks.check(not missing, f"your DecoderBlock has no parameter {missing[0] if missing else ''!r}: use self_attn and "
+                              "cross_attn = nn.MultiheadAttention(...) and linear1, linear2 (see the docstring).")
+    probed = DROPOUT_SITES.index(site)
+    values = {}
+    for i, names in enumerate([attn["self_attn"], attn["cross_attn"]]):
+        values.update(checks.uniform_attention_values(state, *names, generator) if i == probed
+                      else checks.zero_values(state, *names[2:]))
+    values.update(checks.constant_hidden_values(state, *ff, generator) if probed == 2 else checks.zero_values(state, *ff[2:]))
+    checks.set_params(block, values, "your DecoderBlock")
+    block.train()
+    return block
+
+
 def check_decoder_block(cls, block, args, want, what, *, norm_first, hint=""):
     """The learner's ``block(*args)`` (PyTorch's ready-made decoder layer forbidden) equals ``want`` (atol 1e-5)."""
     with checks.forbid(cls, *BLOCK_SHORTCUTS, why=WHY_BLOCK):
@@ -226,3 +255,51 @@ def call_model(cls, model, *args, what="Transformer.forward", method=None):
     fn = model if method is None else getattr(model, method)
     with checks.forbid(cls, *MODEL_SHORTCUTS, why=WHY_MODEL):
         return checks.call(fn, *args, what=what)
+
+
+def check_transformer_dropout(model, src_vocab, tgt_vocab, d_model, generator, what):
+    """The learner's ``Transformer`` (built with 0 < dropout < 1) applies dropout after both embeddings and
+    inside every encoder and decoder layer, in training mode only.
+
+    Embeddings: the output projections of every sublayer (``out_proj``, ``linear2``) are set to zero, so the
+    blocks add nothing and only a dropout on the embeddings can make ``encode``/``decode`` differ between
+    training and eval mode. Blocks: each layer of ``encoder_layers`` and ``decoder_layers``, called on its
+    own, must differ between the two modes. The model's parameters are put back afterwards.
+    """
+    src = torch.randint(3, src_vocab, (3, 9), generator=generator)
+    tgt = torch.randint(3, tgt_vocab, (3, 8), generator=generator)
+    x, memory = torch.randn(3, 8, d_model, generator=generator), torch.randn(3, 9, d_model, generator=generator)
+    for stack in ("encoder_layers", "decoder_layers"):
+        layers = getattr(model, stack)
+        for i in range(len(layers)):
+            layer = layers[i]
+            args = (x,) if stack == "encoder_layers" else (x, memory)
+            layer.eval()
+            quiet = checks.call(layer, *args, what=f"Transformer.{stack}[{i}]")
+            layer.train()
+            noisy = checks.call(layer, *args, what=f"Transformer.{stack}[{i}]")
+            layer.eval()
+            checks.check(not torch.allclose(noisy, quiet, atol=1e-5),
+                         f"{what}: {stack}[{i}] gives the same output in training and eval mode: build every layer "
+                         "with the model's dropout (dropout acts inside every block).")
+    state = checks.call(model.state_dict, what="Transformer.state_dict")
+    silence = [k for k in state if k.startswith(("encoder_layers.", "decoder_layers."))
+               and k.endswith(("out_proj.weight", "out_proj.bias", "linear2.weight", "linear2.bias"))]
+    checks.check(silence, f"{what} has no encoder_layers.* / decoder_layers.* parameters ending with out_proj.weight or "
+                          "linear2.weight: build the stacks as the docstring says.")
+    try:
+        checks.set_params(model, {k: torch.zeros(state[k].shape) for k in silence}, what)
+        model.eval()
+        quiet_memory = checks.call(model.encode, src, what="Transformer.encode")
+        quiet_logits = checks.call(model.decode, tgt, quiet_memory, what="Transformer.decode")
+        model.train()
+        noisy_memory = checks.call(model.encode, src, what="Transformer.encode")
+        noisy_logits = checks.call(model.decode, tgt, quiet_memory, what="Transformer.decode")
+    finally:
+        checks.set_params(model, {k: state[k] for k in silence}, what)
+        model.eval()
+    for side, quiet, noisy in [("source", quiet_memory, noisy_memory), ("target", quiet_logits, noisy_logits)]:
+        checks.check(not torch.allclose(noisy, quiet, atol=1e-5),
+                     f"{what}, with every block's sublayers silenced: the {side} side gives the same output in training and "
+                     f"eval mode, so nothing drops the {side} embeddings. Apply dropout to embedding * sqrt(d_model) + "
+                     "positions, in training mode only.")

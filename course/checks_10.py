@@ -16,7 +16,7 @@ import torch
 from course import checks
 from course.oracles import bert as bridge
 
-__all__ = [
+__all__ = ["check_random_tokens_cover_vocabulary", "check_negative_sources", "check_coin_per_sentence", 
     "masking_batch", "masking_stats", "check_masking_consistent", "sentence_documents", "nsp_origins",
     "hf_bert", "load_hf_weights", "load_hf_embeddings", "hf_outputs", "SHORTCUTS", "WHY",
 ]
@@ -157,3 +157,44 @@ def hf_outputs(hf_model, ids, segments=None, mask=None) -> dict:
         base = bridge.hf_forward(hf_model.bert, ids, segments, mask)
     return {"embeddings": emb, "hidden": base.last_hidden_state, "pooled": base.pooler_output,
             "mlm": out.prediction_logits, "nsp": out.seq_relationship_logits}
+
+
+def check_random_tokens_cover_vocabulary(mask_tokens, V, mask_id, generator, mask_generator):
+    """The learner's random replacements use every id of 0 .. V - 1 (the [MASK] id aside, which cannot be told
+    apart from a mask): a small vocabulary and many draws (about 60 per id), so a skipped id shows."""
+    ids, special = masking_batch(256, 64, V, generator)
+    inputs, labels = checks.call(mask_tokens, ids.clone(), special, V, mask_id, p=0.5, generator=mask_generator)
+    replaced = inputs[(labels != -100) & (inputs != mask_id) & (inputs != ids)]
+    checks.check(len(replaced) > 20 * V, f"of about 8000 selected tokens only {len(replaced)} became a random token; "
+                                         "10 % of the selected tokens should.")
+    checks.check(bool(((replaced >= 0) & (replaced < V)).all()), "random replacements must be token ids in 0 .. vocab_size - 1.")
+    counts = torch.bincount(replaced, minlength=V)
+    expected = len(replaced) / (V - 1)
+    rare = [v for v in range(V) if v != mask_id and counts[v] < 0.3 * expected]
+    checks.check(not rare, f"with vocab_size = {V}, your random replacements used token {rare[0] if rare else ''} "
+                           f"{int(counts[rare[0]]) if rare else 0} times in {len(replaced)} (about {expected:.0f} expected): draw "
+                           "them uniformly from the whole vocabulary 0 .. vocab_size - 1 (special ids included).")
+
+
+def check_negative_sources(negatives, n_docs, at_least, what):
+    """``negatives`` is a list of (document of a, document of b). Each document's negatives take b from at
+    least ``at_least`` different other documents (a fixed other document gives one)."""
+    by_doc = {}
+    for da, db in negatives:
+        by_doc.setdefault(da, set()).add(db)
+    checks.check(len(by_doc) == n_docs, f"{what}, only {len(by_doc)} of the {n_docs} documents have a negative pair.")
+    for da, sources in sorted(by_doc.items()):
+        checks.check(len(sources) >= at_least,
+                     f"{what}, the negatives of document {da} take b from only {sorted(sources)}: draw the other "
+                     f"document at random among ALL the others (a fixed one, such as the next document, is not random).")
+
+
+def check_coin_per_sentence(pairs, docs, min_fraction):
+    """Long documents mix true and random pairs: each sentence gets its own coin."""
+    kinds = {}
+    for da, ia, db, ib, nx in nsp_origins(pairs, docs):
+        kinds.setdefault(da, set()).add(bool(nx))
+    mixed = sum(len(k) == 2 for k in kinds.values()) / max(1, len(docs))
+    checks.check(mixed >= min_fraction,
+                 f"only {mixed:.0%} of {len(docs)} documents of {len(docs[0])} sentences hold both true and random pairs; "
+                 "draw a fair coin for EVERY sentence that has a next sentence, not one coin per document.")

@@ -279,6 +279,13 @@ BLOCK_NO_SUBLAYER_DROPOUT = BLOCK_INIT.format(mask_code=CONTRACT_MASK.format(fli
     "self.dropout1 = nn.Dropout(dropout)", "self.dropout1 = nn.Identity()").replace(
     "self.dropout2 = nn.Dropout(dropout)", "self.dropout2 = nn.Identity()")   # dropout only inside attention / FFN
 
+BLOCK_NO_ATTENTION_WEIGHT_DROPOUT = BLOCK_INIT.format(mask_code=CONTRACT_MASK.format(flip="~"), body=CORRECT_BODY).replace(
+    "nn.MultiheadAttention(d_model, n_heads, dropout=dropout, batch_first=True)",
+    "nn.MultiheadAttention(d_model, n_heads, batch_first=True)")      # the attention weights are never dropped
+
+BLOCK_FF_WITHOUT_DROPOUT = BLOCK_INIT.format(mask_code=CONTRACT_MASK.format(flip="~"), body=CORRECT_BODY).replace(
+    "self.ff = FeedForward(d_model, d_ff, dropout)", "self.ff = FeedForward(d_model, d_ff)")   # no dropout after the ReLU
+
 BLOCK_DROPOUT_ALWAYS_ON = BLOCK_INIT.format(mask_code=CONTRACT_MASK.format(flip="~"), body=CORRECT_BODY).replace(
     "ff = lambda h: self.dropout2(self.ff(h))", "ff = lambda h: F.dropout(self.ff(h), self.dropout2.p)")  # also in eval mode
 
@@ -364,6 +371,10 @@ VARIANTS = {
                                   "must_fail": ["test_encoder_block_dropout"]},
     "block_dropout_in_eval_mode": {"replace": {"EncoderBlock": BLOCK_DROPOUT_ALWAYS_ON},
                                    "must_fail": ["test_encoder_block_dropout"]},
+    "block_no_attention_weight_dropout": {"replace": {"EncoderBlock": BLOCK_NO_ATTENTION_WEIGHT_DROPOUT},
+                                          "must_fail": ["test_encoder_block_dropout"]},
+    "block_ff_without_dropout": {"replace": {"EncoderBlock": BLOCK_FF_WITHOUT_DROPOUT},
+                                 "must_fail": ["test_encoder_block_dropout"]},
     "block_delegates_to_torch_layer": {"replace": {"EncoderBlock": BLOCK_DELEGATES_TO_TORCH},
                                        "must_fail": ["test_encoder_block_matches_torch_post_norm",
                                                      "test_encoder_block_matches_torch_pre_norm"]},
@@ -375,4 +386,5 @@ VARIANTS = {
 EXTENDED = [
     "pe_stack_exp_log_style", "layernorm_hardcoded_eps", "layernorm_mean_of_squares_style",
     "block_norms_swapped", "block_per_head_mask_head_major", "block_dropout_in_eval_mode",
+    "block_ff_without_dropout",
 ]

@@ -507,3 +507,131 @@ EXTENDED = [
     "nsp_negatives_from_any_document", "nsp_negative_is_always_a_first_sentence", "nsp_vectorised_shuffled_style",
     "embeddings_no_layernorm", "bert_pre_norm_layers", "bert_pooler_without_tanh", "bert_gelu_tanh_approximation",
 ]
+
+
+# Blind spots found by the careful-grader audit (/tmp/cg/REPORT.md): each must lose points where named.
+AUDIT_MASK_TOKENS_MUTATES_IDS = '''
+def mask_tokens(ids, special_mask, vocab_size, mask_id, p=0.15, generator=None):
+    selected = (torch.rand(ids.shape, generator=generator) < p).to(ids.device) & ~special_mask
+    action = torch.rand(ids.shape, generator=generator).to(ids.device)
+    random_ids = torch.randint(vocab_size, ids.shape, generator=generator).to(ids.device)
+    labels = torch.where(selected, ids, torch.full_like(ids, -100))
+    inputs = ids                                         # no copy: corrupts the caller's ids in place
+    inputs[selected & (action < 0.8)] = mask_id
+    to_random = selected & (action >= 0.8) & (action < 0.9)
+    inputs[to_random] = random_ids[to_random]
+    return inputs, labels
+'''
+
+AUDIT_MASK_RANDOM_IDS_SKIP_LOW_IDS = '''
+def mask_tokens(ids, special_mask, vocab_size, mask_id, p=0.15, generator=None):
+    """BERT's masked-language-model corruption: choose tokens to predict and hide them.
+
+    Each token that is not special is selected with probability ``p``. Of the selected tokens,
+    80 % are replaced by ``mask_id``, 10 % by a random token (uniform over ``0 .. vocab_size - 1``)
+    and 10 % are left unchanged. The model must predict the original token at every selected
+    position, and only there.
+
+    Args:
+        ids: (B, T) long, the original token ids.
+        special_mask: (B, T) bool, True on special tokens ([CLS], [SEP], padding): never selected.
+        vocab_size: V, the range of the random replacement tokens.
+        mask_id: the id of the [MASK] token.
+        p: the probability that a non-special token is selected (0.15 in BERT).
+        generator: a ``torch.Generator`` for every random draw (None: torch's global one), so that the
+            same seed gives the same corruption.
+
+    Returns:
+        (inputs, labels), both (B, T) long: ``inputs`` is ``ids`` with the selected tokens corrupted
+        (a new tensor; ``ids`` is not modified); ``labels`` holds the original id at the selected
+        positions and -100 (ignored by ``F.cross_entropy``) everywhere else.
+    """
+    selected = (torch.rand(ids.shape, generator=generator) < p).to(ids.device) & ~special_mask    # (B, T)
+    action = torch.rand(ids.shape, generator=generator).to(ids.device)                          # one draw decides 80/10/10
+    random_ids = torch.randint(5, vocab_size, ids.shape, generator=generator).to(ids.device)
+    inputs = ids.clone()
+    inputs[selected & (action < 0.8)] = mask_id                                                  # 80 %: [MASK]
+    to_random = selected & (action >= 0.8) & (action < 0.9)                                      # 10 %: a random token
+    inputs[to_random] = random_ids[to_random]                                                    # the last 10 %: unchanged
+    labels = torch.where(selected, ids, torch.full_like(ids, -100))
+    return inputs, labels
+'''
+
+AUDIT_NSP_NEGATIVE_FROM_NEXT_DOCUMENT = '''
+def make_nsp_pairs(documents, generator=None):
+    pairs = []
+    for d, doc in enumerate(documents):
+        for i in range(len(doc) - 1):
+            if torch.rand((), generator=generator).item() < 0.5:
+                pairs.append((doc[i], doc[i + 1], True))
+            else:
+                other = documents[(d + 1) % len(documents)]          # always the NEXT document, not a random one
+                j = int(torch.randint(len(other), (), generator=generator))
+                pairs.append((doc[i], other[j], False))
+    return pairs
+'''
+
+AUDIT_NSP_ONE_COIN_PER_DOCUMENT = '''
+def make_nsp_pairs(documents, generator=None):
+    pairs = []
+    for d, doc in enumerate(documents):
+        heads = torch.rand((), generator=generator).item() < 0.5      # one coin for the whole document
+        for i in range(len(doc) - 1):
+            if heads:
+                pairs.append((doc[i], doc[i + 1], True))
+            else:
+                other = int(torch.randint(len(documents) - 1, (), generator=generator))
+                other += int(other >= d)
+                j = int(torch.randint(len(documents[other]), (), generator=generator))
+                pairs.append((doc[i], documents[other][j], False))
+    return pairs
+'''
+
+AUDIT_EMBEDDINGS_DROPOUT_BEFORE_NORM = '''
+class BertEmbeddings(nn.Module):
+    """BERT's input layer: token + segment + position embeddings, then LayerNorm and dropout.
+
+    Args:
+        vocab_size: V.
+        d_model: D.
+        max_len: the number of learned positions (sequences may be at most this long).
+        n_segments: the number of segments (2: sentence A and sentence B).
+        dropout: dropout on the output (training mode only).
+
+    Attributes:
+        token: ``nn.Embedding(vocab_size, d_model)``.
+        segment: ``nn.Embedding(n_segments, d_model)``.
+        position: ``nn.Embedding(max_len, d_model)``, indexed by the position in the WHOLE sequence.
+        norm: ``nn.LayerNorm(d_model, eps=1e-12)`` (BERT's epsilon).
+        dropout: ``nn.Dropout(dropout)``.
+
+    Shapes:
+        forward(ids (B, T) long, segments (B, T) long or None) -> (B, T, D). ``segments=None`` means
+        every token is in segment 0.
+    """
+
+    def __init__(self, vocab_size, d_model, max_len, n_segments=2, dropout=0.0):
+        super().__init__()
+        self.token = nn.Embedding(vocab_size, d_model)
+        self.segment = nn.Embedding(n_segments, d_model)
+        self.position = nn.Embedding(max_len, d_model)
+        self.norm = nn.LayerNorm(d_model, eps=1e-12)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, ids, segments=None):
+        B, T = ids.shape
+        if segments is None:
+            segments = torch.zeros_like(ids)
+        positions = torch.arange(T, device=ids.device)                          # 0 .. T-1 across both sentences
+        x = self.token(ids) + self.segment(segments) + self.position(positions)  # (B, T, D) + (B, T, D) + (T, D)
+        return self.norm(self.dropout(x))
+'''
+
+VARIANTS.update({
+    "mask_tokens_mutates_ids": {"replace": {"mask_tokens": AUDIT_MASK_TOKENS_MUTATES_IDS}, "must_fail": ['test_mask_tokens_shapes']},
+    "mask_random_ids_skip_low_ids": {"replace": {"mask_tokens": AUDIT_MASK_RANDOM_IDS_SKIP_LOW_IDS}, "must_fail": ['test_mask_tokens_80_10_10']},
+    "nsp_negative_from_next_document": {"replace": {"make_nsp_pairs": AUDIT_NSP_NEGATIVE_FROM_NEXT_DOCUMENT}, "must_fail": ['test_make_nsp_pairs_negatives']},
+    "nsp_one_coin_per_document": {"replace": {"make_nsp_pairs": AUDIT_NSP_ONE_COIN_PER_DOCUMENT}, "must_fail": ['test_make_nsp_pairs_balance']},
+    "embeddings_dropout_before_norm": {"replace": {"BertEmbeddings": AUDIT_EMBEDDINGS_DROPOUT_BEFORE_NORM}, "must_fail": ['test_bert_embeddings_dropout']},
+})
+EXTENDED = EXTENDED + ['mask_random_ids_skip_low_ids']
