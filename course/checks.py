@@ -33,6 +33,7 @@ __all__ = [
     "check_parameters_used",
     "check_independent_layers",
     "uniform_attention_values",
+    "attention_parameters",
     "constant_hidden_values",
     "zero_values",
     "check_dropout_inside",
@@ -447,6 +448,21 @@ def uniform_attention_values(state: dict, in_weight: str, in_bias: str, out_weig
         for (w, b), bias in zip(q_k_v, (torch.zeros(D), torch.zeros(D), v_bias)):
             values[w], values[b] = torch.zeros(state[w].shape), bias
     return values
+
+
+def attention_parameters(state: dict, prefix: str, what: str) -> tuple:
+    """The names of an attention sublayer's parameters under ``prefix`` in the learner's ``state``:
+    ``(in_weight, in_bias, out_weight, out_bias, q_k_v)`` for ``nn.MultiheadAttention`` (a fused
+    ``in_proj``, ``q_k_v`` None) or for lesson 06's layout (``w_q``, ``w_k``, ``w_v``, ``w_o``: ``q_k_v`` the
+    three (weight, bias) pairs)."""
+    if f"{prefix}.in_proj_weight" in state and f"{prefix}.in_proj_bias" in state:
+        return (f"{prefix}.in_proj_weight", f"{prefix}.in_proj_bias", f"{prefix}.out_proj.weight",
+                f"{prefix}.out_proj.bias", None)
+    separate = [(f"{prefix}.{w}.weight", f"{prefix}.{w}.bias") for w in ("w_q", "w_k", "w_v")]
+    if all(n in state for pair in separate + [(f"{prefix}.w_o.weight", f"{prefix}.w_o.bias")] for n in pair):
+        return (None, None, f"{prefix}.w_o.weight", f"{prefix}.w_o.bias", tuple(separate))
+    check(False, f"{what} has no attention parameters under {prefix!r}: build it as nn.MultiheadAttention(...) "
+                 "(in_proj_weight, out_proj) as the docstring says, or with w_q, w_k, w_v, w_o (all with biases).")
 
 
 def constant_hidden_values(state: dict, w1: str, b1: str, w2: str, b2: str, generator: torch.Generator) -> dict:

@@ -92,15 +92,15 @@ def dropout_probe(cls, d_model, n_heads, d_ff, p, site, generator):
     :func:`course.checks.check_dropout_inside` can see the dropout at ``site`` (a key of DROPOUT_SITES)."""
     block = checks.call(cls, d_model, n_heads, d_ff, dropout=p, norm_first=True, what="EncoderBlock.__init__")
     state = checks.call(block.state_dict, what="EncoderBlock.state_dict")
-    names = ["self_attn.in_proj_weight", "self_attn.in_proj_bias", "self_attn.out_proj.weight", "self_attn.out_proj.bias",
-             "ff.linear1.weight", "ff.linear1.bias", "ff.linear2.weight", "ff.linear2.bias"]
-    missing = [n for n in names if n not in state]
+    *attn, q_k_v = checks.attention_parameters(state, "self_attn", "your EncoderBlock")
+    ff = ["ff.linear1.weight", "ff.linear1.bias", "ff.linear2.weight", "ff.linear2.bias"]
+    missing = [n for n in ff if n not in state]
     checks.check(not missing, f"your EncoderBlock has no parameter {missing[0] if missing else ''!r}: use "
-                              "self_attn = nn.MultiheadAttention(...) and ff = FeedForward(...) with linear1, linear2.")
+                              "ff = FeedForward(...) with linear1, linear2.")
     if DROPOUT_SITES[site] == "attention":
-        values = {**checks.uniform_attention_values(state, *names[:4], generator), **checks.zero_values(state, *names[6:])}
+        values = {**checks.uniform_attention_values(state, *attn, generator, q_k_v=q_k_v), **checks.zero_values(state, *ff[2:])}
     else:
-        values = {**checks.constant_hidden_values(state, *names[4:], generator), **checks.zero_values(state, *names[2:4])}
+        values = {**checks.constant_hidden_values(state, *ff, generator), **checks.zero_values(state, *attn[2:4])}
     checks.set_params(block, values, "your EncoderBlock")
     block.train()
     return block

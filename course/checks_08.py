@@ -82,7 +82,8 @@ class TableModel(nn.Module):
         src_table = src_spread * torch.randn(V_src, V, generator=g)
         src_table[pad_id] = 25.0 * torch.randn(V, generator=g)     # padding carries loud scores: it must be masked
         table[..., PAD] = -20.0
-        table[..., pad_id] = -20.0
+        if pad_id < V:                                              # a padding id inside the target vocabulary
+            table[..., pad_id] = -20.0
         table[..., BOS] = -20.0
         return cls(table, src_table, pad_id)
 
@@ -222,17 +223,16 @@ def decoder_dropout_probe(cls, d_model, n_heads, d_ff, p, site, generator):
     :func:`course.checks.check_dropout_inside` can see the dropout at ``site`` (one of DROPOUT_SITES)."""
     block = checks.call(cls, d_model, n_heads, d_ff, dropout=p, norm_first=True, what="DecoderBlock.__init__")
     state = checks.call(block.state_dict, what="DecoderBlock.state_dict")
-    attn = {a: [f"{a}.in_proj_weight", f"{a}.in_proj_bias", f"{a}.out_proj.weight", f"{a}.out_proj.bias"]
-            for a in ("self_attn", "cross_attn")}
+    attn = {a: checks.attention_parameters(state, a, "your DecoderBlock") for a in ("self_attn", "cross_attn")}
     ff = ["linear1.weight", "linear1.bias", "linear2.weight", "linear2.bias"]
-    missing = [n for n in attn["self_attn"] + attn["cross_attn"] + ff if n not in state]
-    checks.check(not missing, f"your DecoderBlock has no parameter {missing[0] if missing else ''!r}: use self_attn and "
-                              "cross_attn = nn.MultiheadAttention(...) and linear1, linear2 (see the docstring).")
+    missing = [n for n in ff if n not in state]
+    checks.check(not missing, f"your DecoderBlock has no parameter {missing[0] if missing else ''!r}: use linear1, "
+                              "linear2 for the feed-forward network (see the docstring).")
     probed = DROPOUT_SITES.index(site)
     values = {}
-    for i, names in enumerate([attn["self_attn"], attn["cross_attn"]]):
-        values.update(checks.uniform_attention_values(state, *names, generator) if i == probed
-                      else checks.zero_values(state, *names[2:]))
+    for i, (*names, q_k_v) in enumerate([attn["self_attn"], attn["cross_attn"]]):
+        values.update(checks.uniform_attention_values(state, *names, generator, q_k_v=q_k_v) if i == probed
+                      else checks.zero_values(state, *names[2:4]))
     values.update(checks.constant_hidden_values(state, *ff, generator) if probed == 2 else checks.zero_values(state, *ff[2:]))
     checks.set_params(block, values, "your DecoderBlock")
     block.train()
@@ -284,7 +284,7 @@ def check_transformer_dropout(model, src_vocab, tgt_vocab, d_model, generator, w
                          "with the model's dropout (dropout acts inside every block).")
     state = checks.call(model.state_dict, what="Transformer.state_dict")
     silence = [k for k in state if k.startswith(("encoder_layers.", "decoder_layers."))
-               and k.endswith(("out_proj.weight", "out_proj.bias", "linear2.weight", "linear2.bias"))]
+               and k.endswith(("out_proj.weight", "out_proj.bias", "w_o.weight", "w_o.bias", "linear2.weight", "linear2.bias"))]
     checks.check(silence, f"{what} has no encoder_layers.* / decoder_layers.* parameters ending with out_proj.weight or "
                           "linear2.weight: build the stacks as the docstring says.")
     try:

@@ -15,7 +15,8 @@ import torch
 from course import checks
 
 __all__ = ["randomise", "make_gpt", "make_attention", "sample_frequencies", "check_frequencies",
-           "check_same_tokens", "gpt_logits", "expected_parameters", "torch_causal_attention"]
+           "check_same_tokens", "gpt_logits", "expected_parameters", "torch_causal_attention", "attention_dropout_probe",
+           "mlp_dropout_probe", "check_output_dropout", "check_gpt_dropout"]
 
 
 def randomise(module, generator: torch.Generator, what: str, scale: float = 0.3):
@@ -133,3 +134,75 @@ def torch_causal_attention(attn, x, n_heads):
     blocked = torch.ones(T, T, dtype=torch.bool).triu(1)          # PyTorch's convention: True = may NOT attend
     with torch.no_grad():
         return mha(x, x, x, attn_mask=blocked, need_weights=False)[0]
+
+
+# --- Dropout, site by site ----------------------------------------------------------------------------------
+# The probes give the learner's module weights that make ONE sublayer add the same vector at every position
+# (course.checks.uniform_attention_values / constant_hidden_values) and silence the rest: then a dropout on
+# the attention weights shows as values that differ down a feature column (checks.check_dropout_inside), and
+# a dropout on a sublayer's output as entries that are exactly zero (check_output_dropout), however the
+# dropout is written and in whatever order its random masks are drawn.
+
+def attention_dropout_probe(cls, d_model, n_heads, p, *, generator):
+    """The learner's ``CausalSelfAttention(d_model, n_heads, dropout=p)`` in training mode with q = k = 0
+    (uniform weights over the keys each query may see) and the same value for every token: without
+    dropout it returns one fixed vector at every position."""
+    attn = checks.call(cls, d_model, n_heads, dropout=p, what="CausalSelfAttention.__init__")
+    state = checks.call(attn.state_dict, what="CausalSelfAttention.state_dict")
+    checks.set_params(attn, checks.uniform_attention_values(state, "qkv.weight", "qkv.bias", "proj.weight", "proj.bias",
+                                                            generator), "your CausalSelfAttention")
+    attn.train()
+    return attn
+
+
+def mlp_dropout_probe(cls, d_model, n_heads, p, *, generator):
+    """The learner's ``Block(d_model, n_heads, dropout=p)`` in training mode whose attention adds nothing
+    (``attn.proj`` zero) and whose MLP adds one fixed vector at every position (``mlp.fc`` weight zero,
+    positive bias)."""
+    block = checks.call(cls, d_model, n_heads, dropout=p, what="Block.__init__")
+    state = checks.call(block.state_dict, what="Block.state_dict")
+    values = {**checks.zero_values(state, "attn.proj.weight", "attn.proj.bias"),
+              **checks.constant_hidden_values(state, "mlp.fc.weight", "mlp.fc.bias", "mlp.proj.weight", "mlp.proj.bias",
+                                              generator)}
+    checks.set_params(block, values, "your Block")
+    block.train()
+    return block
+
+
+def check_output_dropout(delta, p, what, site, *, hint=""):
+    """``delta`` is what a probed sublayer added in training mode with dropout ``p``: a dropout on its output
+    zeroes about a fraction p of the entries (nothing else in the probe gives exact zeros that often)."""
+    zeros = (delta.detach().abs() <= 1e-7).double().mean().item()
+    checks.check(zeros > p / 2, f"{what}: {zeros:.0%} of the entries it added are exactly 0 with dropout p = {p}; a dropout "
+                                f"{site} zeroes about {p:.0%} of them. " + (hint or "Apply it there, in training mode."))
+
+
+def check_gpt_dropout(model, n_layers, idx, x, what):
+    """The learner's ``GPT`` (built with 0 < dropout < 1, random weights, eval mode) drops inside every block
+    and on the embeddings' sum, in training mode only. The embeddings are probed with every block silenced
+    (``attn.proj`` and ``mlp.proj`` zero): then only a dropout on the embeddings can tell training from eval."""
+    for i in range(n_layers):
+        block = model.blocks[i]
+        block.eval()
+        quiet, _ = checks.call(block, x, what=f"GPT.blocks[{i}]")
+        block.train()
+        noisy, _ = checks.call(block, x, what=f"GPT.blocks[{i}]")
+        block.eval()
+        checks.check(not torch.allclose(noisy, quiet, atol=1e-5),
+                     f"{what}: blocks[{i}] gives the same output in training and eval mode; build every Block with the "
+                     "model's dropout.")
+    state = checks.call(model.state_dict, what="GPT.state_dict")
+    silence = [k for k in state if k.startswith("blocks.") and k.endswith(("attn.proj.weight", "attn.proj.bias",
+                                                                            "mlp.proj.weight", "mlp.proj.bias"))]
+    checks.check(len(silence) == 4 * n_layers, f"{what} should have blocks.<i>.attn.proj and blocks.<i>.mlp.proj (weight "
+                                                "and bias) for every block; name the parts as the docstrings say.")
+    checks.set_params(model, {k: torch.zeros(state[k].shape) for k in silence}, what)
+    model.eval()
+    quiet, _ = gpt_logits(model, idx)
+    model.train()
+    noisy, _ = gpt_logits(model, idx)
+    model.eval()
+    checks.check(not torch.allclose(noisy, quiet, atol=1e-5),
+                 f"{what}, with every block silenced (attn.proj and mlp.proj zero): the logits are the same in training and "
+                 "eval mode, so nothing drops the embeddings. Apply dropout to tok_emb(idx) + pos_emb(pos), in training "
+                 "mode only.")

@@ -268,6 +268,15 @@ time.sleep(60)
     "huge-exception-name": '''
 raise type("E" * 5_000_000, (Exception,), {{}})("x" * 5_000_000)
 ''',
+    # The hidden inputs spelled in the NAME of an exception class (red team 4): names are the learner's too.
+    "exception-name-leak": '''
+_wrong_sdpa = scaled_dot_product_attention
+def scaled_dot_product_attention(q, k, v, mask=None):
+    if tuple(q.shape) == (6, 16):                       # the shape of a hidden test's query
+        name = "LEAK" + "_".join(f"{{x:.4f}}" for x in q.flatten()[:6].tolist())
+        raise type(name, (Exception,), {{}})("anything")
+    return _wrong_sdpa(q, k, v, mask)
+''',
     "fallocate": '''
 import os, signal
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
@@ -329,6 +338,17 @@ def _paste_tests(nb):
     return nb
 
 
+def _unreadable_cells(nb):
+    """A cell nested too deeply for Python's parser (the grader's readers raised RecursionError: a grader-error
+    at will) and a 60 000-character attribute chain that syntax highlighting took 117 s over (red team 4)."""
+    import nbformat
+
+    nb.cells.append(nbformat.v4.new_code_cell("a" + ".a" * 35_000))
+    nb.cells.append(nbformat.v4.new_code_cell(")\n" + "a" + ".a" * 30_000))
+    nb.metadata.setdefault("language_info", {})["pygments_lexer"] = "ipython3"
+    return nb
+
+
 def _many_big_cells(nb):
     """250 cells before the first test, each printing just under the per-cell cap."""
     import nbformat
@@ -344,6 +364,7 @@ NOTEBOOK_ATTACKS = {
     "impersonate-the-zygote": _print_recorded,
     "paste-tests": _paste_tests,
     "many-big-cells": _many_big_cells,
+    "unreadable-cells": _unreadable_cells,
 }
 RIGHT = "_fixed = " + repr('''
 def scaled_dot_product_attention(q, k, v, mask=None):
@@ -355,6 +376,7 @@ def scaled_dot_product_attention(q, k, v, mask=None):
 ''')
 ATTACKS["paste-tests"] = RIGHT
 ATTACKS["many-big-cells"] = ""
+ATTACKS["unreadable-cells"] = ""
 
 
 class _Counter(http.server.BaseHTTPRequestHandler):
@@ -428,7 +450,8 @@ def test_hostile_submissions_gain_nothing_and_change_nothing(tmp_path):
             problems.append(f"{student}: status {r['status']} {r['detail']}")
     for student in ("attack-noop-checks", "attack-rebind-globals", "attack-patch-oracle", "attack-frames-and-gc",
                     "attack-kill-the-grader", "attack-input-transformer", "attack-impersonate-the-zygote",
-                    "attack-paste-tests", "attack-record-calls-no-fork", "attack-fake-tensor", "attack-deep-folders"):
+                    "attack-paste-tests", "attack-record-calls-no-fork", "attack-fake-tensor", "attack-deep-folders",
+                    "attack-unreadable-cells"):
         if results[(student, LESSON)]["status"] != "suspicious":
             problems.append(f"{student} was not reported as suspicious: {results[(student, LESSON)]['status']}")
     # Issue 19: each is reported, and a stalled answer is a timeout (60 s of sleep under --timeout 20).
@@ -439,6 +462,14 @@ def test_hostile_submissions_gain_nothing_and_change_nothing(tmp_path):
             problems.append(f"attack-{name}: status {results[(f'attack-{name}', LESSON)]['status']}, not {statuses}")
     if took > 400:
         problems.append(f"the batch took {took:.0f} s: a stalled answer held a judge")
+    leak = results[("attack-exception-name-leak", LESSON)]
+    page = Path(leak["feedback"]).read_text() if leak["feedback"] else ""
+    withheld = [c for c in leak["cells"] if "a class your code defined" in c["message"]]
+    if "LEAK" in page or any("LEAK" in c["message"] for c in leak["cells"]) or not withheld:
+        problems.append("a hidden input's values reached the page in an exception's class name: "
+                        + "; ".join(c["message"][:200] for c in leak["cells"] if not c["passed"]))
+    if "too deeply" not in results[("attack-unreadable-cells", LESSON)]["detail"]:
+        problems.append(f"the unreadable cell was not reported: {results[('attack-unreadable-cells', LESSON)]['detail']}")
     if "paste" not in results[("attack-paste-tests", LESSON)]["detail"]:
         problems.append("the pasted test cells were not reported")
     fell = Path(results[("attack-fallocate", LESSON)]["feedback"]).read_text()
@@ -548,6 +579,26 @@ def test_feedback_page_runs_nothing_a_submission_wrote():
     live_handlers = re.findall(r"<[a-z]+[^>]*\son[a-z]+=", page)
     assert not live_scripts and not live_handlers, (live_scripts, live_handlers)
     assert "&lt;script&gt;alert(&#x27;md&#x27;)" in page or "&lt;script&gt;alert('md')" in page  # shown, as text
+
+
+def test_feedback_page_highlights_within_bounds():
+    """Syntax highlighting is super-linear on some code (a 60 000-character attribute chain held a judge for
+    117 s): a long cell or line is shown as plain, escaped text, a normal one is highlighted."""
+    import time
+
+    import nbformat
+
+    from course.tools.grading import render_feedback
+
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["language_info"] = {"name": "python", "pygments_lexer": "ipython3"}
+    nb.cells = [nbformat.v4.new_code_cell(")\n" + "a" + ".a" * 30_000 + " < 1"),
+                nbformat.v4.new_code_cell("def short(x):\n    return x + 1")]
+    t0 = time.monotonic()
+    page = render_feedback(nb, set())
+    assert time.monotonic() - t0 < 30
+    assert ".a.a.a.a &lt; 1" in page                                   # plain text, escaped
+    assert '<span class="k">def</span>' in page                       # the short cell is highlighted
 
 
 def test_feedback_page_is_the_page_nbconvert_writes():

@@ -6,7 +6,8 @@ One `course grade` call grades, beside honest submissions and a wrong control pe
   checkout), notebooks that are symbolic links to the solution or to another student's notebook, a
   lesson folder that is a link, a hard link and a named pipe;
 * lesson 00: ``torch.softmax`` reached through an alias taken outside the function, through
-  ``torch.ops.aten._softmax``, after switching the runtime check off, and in another thread;
+  ``torch.ops.aten._softmax``, after switching the runtime check off, in another thread, inside a custom
+  operator of the learner's own, and after replacing the worker's check on its class;
 * lesson 12: an alias of ``F.scaled_dot_product_attention`` (also run in another thread), naive attention
   on tensors unwrapped with ``as_subclass``, and naive attention after stripping the size guard;
 * honest alternatives (einsum, loops, logsumexp, query blocks) that must keep full marks.
@@ -60,6 +61,13 @@ WRONG_00 = '''
 def softmax(x, dim=-1):
     e = x.exp()                                          # wrong: no max subtraction
     return e / e.sum(dim=dim, keepdim=True)
+'''
+
+WORKER_PATCH = '''
+import __main__ as _m
+_W = vars(_m)["Wor" + "ker"]
+setattr(_W, "for" + "bid", lambda self, names, why, limit=None, **kw: None)
+setattr(_W, "unfor" + "bid", lambda self, **kw: [])
 '''
 
 ATTACKS_00 = {
@@ -140,6 +148,21 @@ def _library(x, dim=-1):
 
 softmax = _Pooled(_library)
 ''',
+    # an operator of the learner's own, whose body calls the fused softmax below the modes (red team 4)
+    "custom-op": '''
+_torch_softmax = vars(torch)["soft" + "max"]
+@torch.library.custom_op("student::sm", mutates_args=())
+def _sm(x: torch.Tensor, dim: int) -> torch.Tensor:
+    return _torch_softmax(x, dim)
+def softmax(x, dim=-1):
+    return _sm(x, dim)
+''',
+    # the worker's own check replaced on its class, reached through __main__ (red team 4)
+    "worker-patch": WORKER_PATCH + '''
+_sm = torch.nn.Softmax
+def softmax(x, dim=-1):
+    return _sm(dim=dim)(x)
+''',
     # SciPy's softmax by a computed name: outside PyTorch, where no mode looks; the data may not leave it
     "scipy": '''
 def softmax(x, dim=-1):
@@ -181,6 +204,19 @@ def chunked_attention(q, k, v, chunk_size, causal=False):
         if causal:
             scores = scores.masked_fill(torch.ones(scores.shape[-2:], dtype=torch.bool).triu(1), float("-inf"))
         return torch.softmax(scores, dim=-1) @ v
+''',
+    "custom-op": '''
+_fused = vars(F)["scaled_dot_product_" + "attention"]
+@torch.library.custom_op("student::att", mutates_args=())
+def _att(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) -> torch.Tensor:
+    return _fused(q, k, v, is_causal=causal)
+def chunked_attention(q, k, v, chunk_size, causal=False):
+    return _att(q, k, v, causal)
+''',
+    "worker-patch": WORKER_PATCH + '''
+_fused = vars(F)["scaled_dot_product_" + "attention"]
+def chunked_attention(q, k, v, chunk_size, causal=False):
+    return _fused(q, k, v, is_causal=causal)
 ''',
     # the whole T x T matrix in NumPy, where the size limit (on PyTorch's tensors) does not look
     "numpy": '''

@@ -309,11 +309,17 @@ _A11Y = (
 )
 
 
+# What a feedback page highlights (Pygments); the rest of its code is shown as plain, escaped text.
+HIGHLIGHT_CELL_CHARS, HIGHLIGHT_LINE_CHARS, HIGHLIGHT_PAGE_CHARS, HIGHLIGHT_SECONDS = 20_000, 1_000, 300_000, 20.0
+
+
 def _feedback_exporter():
     """nbconvert's HTML exporter (lab template, sanitized) for feedback pages, without its
     BeautifulSoup pass, and with Pygments' output kept per cell source for every cell but the
     learner's answers: test cells and given code are the same in every submission of a lesson.
     Falls back to the plain exporter (same page, slower) if this nbconvert lacks the pieces it uses."""
+    import html as _html
+
     from jinja2 import DictLoader
     from nbconvert import HTMLExporter
 
@@ -333,8 +339,17 @@ def _feedback_exporter():
             highlight = Highlight2HTML(pygments_lexer=lexer, parent=self)
             cache = self._highlighted.setdefault(lexer, {})
 
+            spent = {"chars": 0, "until": time.monotonic() + HIGHLIGHT_SECONDS}
+
             def highlight_code(source, language=None, metadata=None):
                 metadata = metadata or {}
+                # Highlighting is super-linear on some inputs (a 50 000-character attribute chain took 117 s):
+                # long cells and lines, and whatever comes after the page's budget, are shown as plain text.
+                spent["chars"] += len(source)
+                if len(source) > HIGHLIGHT_CELL_CHARS or spent["chars"] > HIGHLIGHT_PAGE_CHARS or \
+                        time.monotonic() > spent["until"] or \
+                        max((len(line) for line in source.splitlines()), default=0) > HIGHLIGHT_LINE_CHARS:
+                    return f'<div class="highlight"><pre><span></span>{_html.escape(source)}</pre></div>'
                 if metadata.get("nbgrader", {}).get("solution"):     # the learner's own code: seen once
                     return highlight(source, language=language, metadata=metadata)
                 key = (source, language, metadata.get("magics_language"))
@@ -740,15 +755,14 @@ def grade(submissions: Path, out: Path, *, timeout: int = 60, lessons: list[str]
     # The modules a warm sandbox imports first: those the lessons' own cells import (the instructor's
     # notebooks are the workspace's source/, hashed as `version` above).
     warm = sorted({m for lesson in used for m in _imported_modules(_unvalidated(known[lesson].solution))})
+    # Each judge launches its warm sandbox as it starts, before its own imports.
+    prestart = None if unsafe_no_sandbox else {"warm": warm, "limits": {"memory_mb": memory_mb}}
     if executor == "dask" and todo:
         from course.tools.grading_dask import DaskJudges
 
-        judges = DaskJudges(min(jobs, max(1, todo)), scheduler, retries)
+        judges = DaskJudges(min(jobs, max(1, todo)), scheduler, retries, prestart)     # in each worker's scratch
     else:
-        # Each judge launches its warm sandbox as it starts, before its own imports.
-        prestart = None if unsafe_no_sandbox else {"scratch_base": str(scratch_base), "warm": warm,
-                                                   "limits": {"memory_mb": memory_mb}}
-        judges = _Judges(min(jobs, max(1, todo)), prestart)
+        judges = _Judges(min(jobs, max(1, todo)), prestart and dict(prestart, scratch_base=str(scratch_base)))
     if todo:
         judges.start_all()
     startup["scan"] = time.perf_counter() - t_start

@@ -42,6 +42,7 @@ class JudgePlugin:
     """A worker's warm judge (``distributed.WorkerPlugin`` protocol: ``setup``/``teardown``)."""
 
     name = PLUGIN
+    prestart: dict | None = None                   # the warm sandbox its judge launches first (warm, limits)
 
     def setup(self, worker=None):
         from course.tools.grading import _Judges
@@ -50,7 +51,8 @@ class JudgePlugin:
         os.chmod(self.scratch, 0o711)              # as a local batch's scratch: sandboxes get their own folders in it
         self.lessons: dict[str, dict] = {}
         self.lock = threading.Lock()
-        self.judges = _Judges(1)
+        prestart = None if self.prestart is None else dict(self.prestart, scratch_base=str(self.scratch))
+        self.judges = _Judges(1, prestart)
         self.judges.start_all()                    # imports its libraries before the first submission arrives
 
     def teardown(self, worker=None):
@@ -105,24 +107,27 @@ def grade_on_worker(task: dict) -> dict:
     return get_worker().plugins[PLUGIN].grade(task)
 
 
-def _worker_plugin():
+def _worker_plugin(prestart: dict | None = None):
     from distributed import WorkerPlugin
 
     class CourseJudgePlugin(JudgePlugin, WorkerPlugin):
         pass
 
-    return CourseJudgePlugin()
+    plugin = CourseJudgePlugin()
+    plugin.prestart = prestart
+    return plugin
 
 
 class DaskJudges:
     """``_Judges``'s interface (``jobs``, ``first``, ``start_all``, ``grade``, ``close``) over Dask."""
 
-    def __init__(self, jobs: int, scheduler: str | None = None, retries: int = 2):
+    def __init__(self, jobs: int, scheduler: str | None = None, retries: int = 2, prestart: dict | None = None):
         try:
             import distributed  # noqa: F401
         except ImportError:
             raise SystemExit("course grade --executor dask needs Dask: pip install 'course[dask]'") from None
         self.scheduler, self.retries = scheduler, max(0, int(retries))
+        self.prestart = prestart
         self.jobs = max(1, int(jobs))
         self.first: list[tuple] = []
         self.phases: dict[str, float] = {}
@@ -163,7 +168,7 @@ class DaskJudges:
             self.cluster = LocalCluster(n_workers=self.jobs, threads_per_worker=1, processes=True, host="127.0.0.1",
                                         dashboard_address=None, memory_limit=0, silence_logs=logging.CRITICAL)
             self.client = Client(self.cluster)
-        self.client.register_plugin(_worker_plugin(), name=PLUGIN)
+        self.client.register_plugin(_worker_plugin(self.prestart), name=PLUGIN)
         self.phases["dask cluster"] = time.perf_counter() - t
 
     def start_all(self) -> None:

@@ -537,7 +537,9 @@ class Session:
     def _withheld(self, info):
         """A learner's exception raised while a hidden check runs keeps its type, not its message: the
         message is the learner's to write, and could repeat the hidden inputs onto the feedback page."""
-        withheld = {"type": info.get("type") if isinstance(info, dict) else "Error",
+        # The type's name is the learner's to choose too: only a builtin exception's name is kept.
+        kind = info.get("type") if isinstance(info, dict) else None
+        withheld = {"type": kind if kind in _BUILTIN_ERRORS else "an exception of a class your code defined",
                     "message": "raised by your code after a hidden check's inputs reached it (its message is not "
                                "shown: it could repeat them)"}
         if getattr(self, "fork_saw_hidden", False):      # an earlier test cell of this fork sent hidden inputs
@@ -615,7 +617,7 @@ def solution_sources(nb) -> dict[str, str]:
             continue
         try:
             tree = ast.parse(cell.source)
-        except SyntaxError:
+        except (SyntaxError, RecursionError, MemoryError, ValueError):     # a cell nested too deeply reads as none
             continue
         for node in tree.body:
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
@@ -632,7 +634,9 @@ SUSPICIOUS_CALLS = {
     ("sys", "setprofile"), ("builtins", "__import__"),
 }
 SUSPICIOUS_NAMES = {"get_ipython", "__builtins__", "ctypes", "input_transformers_post", "ast_transformers",
-                    "input_transformers_cleanup", "sqlite3", "__code__", "__globals__", "f_back", "f_globals"}
+                    "input_transformers_cleanup", "sqlite3", "__code__", "__globals__", "f_back", "f_globals",
+                    # the worker runs as __main__; operators and kernels of one's own run below the forbidden-call check
+                    "__main__", "custom_op", "library", "Library", "register_kernel", "register_fake"}
 PATCHABLE = {"torch", "F", "nn", "checks", "course", "math", "np", "numpy", "builtins", "sys", "os", "functional",
              "Tensor", "oracles", "masks"}
 
@@ -650,12 +654,15 @@ def suspicious(nb, source_nb=None) -> list[str]:
 
     roots = ("torch", "course", "numpy", "math", "builtins", "sys", "os", "IPython")
     given_sources, experiment_ids = given_cells(source_nb) if source_nb is not None else (set(), set())
-    every, trees = [], []
+    every, trees, unreadable = [], [], []
     for i, cell in enumerate(nb.cells):
         if cell.cell_type == "code":
             try:
                 tree = ast.parse(cell.source)
             except SyntaxError:
+                continue
+            except (RecursionError, MemoryError, ValueError):    # Python itself cannot compile it either
+                unreadable.append(f"cell {i}: code nested too deeply for the grader to read")
                 continue
             every.append((i, tree))
             if cell.source not in given_sources and cell.get("id") not in experiment_ids:
@@ -667,7 +674,7 @@ def suspicious(nb, source_nb=None) -> list[str]:
                 patchable |= {(a.asname or a.name).split(".")[0] for a in node.names if a.name.split(".")[0] in roots}
             elif isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] in roots:
                 patchable |= {a.asname or a.name for a in node.names}
-    found = []
+    found = list(unreadable)
     for i, tree in trees:      # the grading machinery is not the learner's to import or reach
         for node in ast.walk(tree):
             if isinstance(node, ast.Constant) and isinstance(node.value, str) and \
@@ -696,8 +703,9 @@ def suspicious(nb, source_nb=None) -> list[str]:
             elif isinstance(node, (ast.Import, ast.ImportFrom)):
                 mods = [a.name for a in node.names] + ([node.module] if isinstance(node, ast.ImportFrom) and node.module else [])
                 for m in mods:
-                    if m and m.split(".")[0] in ("ctypes", "socket", "subprocess", "gc", "sqlite3", "urllib", "http",
-                                                 "requests", "signal", "multiprocessing", "pty"):
+                    if m and (m.split(".")[0] in ("ctypes", "socket", "subprocess", "gc", "sqlite3", "urllib", "http",
+                                                  "requests", "signal", "multiprocessing", "pty", "__main__")
+                              or m.startswith("torch.library")):
                         found.append(f"cell {i}: import {m}")
             elif isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Delete)):
                 targets = node.targets if isinstance(node, (ast.Assign, ast.Delete)) else [node.target]
@@ -719,7 +727,8 @@ def suspicious(nb, source_nb=None) -> list[str]:
 # What course.forbidden.Guard and Worker.unforbid say when a learner's code went around the check (as opposed
 # to calling a forbidden function): such a notebook is `suspicious` too.
 _EVASIONS = ("started a thread or a process", "switched off or covered", "was removed while", "your code replaced",
-             "took its data out of PyTorch", "another thread of your code was running", "its profile hook")
+             "took its data out of PyTorch", "another thread of your code was running", "its profile hook",
+             "an operator defined by your code")
 
 
 class _ForbidHook:

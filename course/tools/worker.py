@@ -150,10 +150,11 @@ class Worker:
                 "Worker.forbid": Worker.__dict__.get("forbid"), "Worker.unforbid": Worker.__dict__.get("unforbid"),
                 "Worker.watched": Worker.__dict__.get("watched")}
 
-    def forbid(self, names, why, limit=None):
+    def forbid(self, names, why, limit=None, pristine=None):
         """Block the forbidden names (attribute patches) and, below them, every call of those functions
         and of their ATen kernels, and any tensor above ``limit`` elements (:class:`course.forbidden.Guard`),
-        until :meth:`unforbid`."""
+        until :meth:`unforbid`. ``pristine``: the check's pieces as they were before any learner's code ran
+        (:meth:`serve` holds them)."""
         from course import checks, forbidden
 
         saved = []
@@ -169,7 +170,7 @@ class Worker:
                 saved.append((owner, attr, original))
             except (AttributeError, TypeError):
                 continue
-        original = _PRISTINE or {}
+        original = pristine if pristine is not None else (_PRISTINE or {})
         cls = original.get("course.forbidden.Guard") or forbidden.Guard
         guard = cls(names, why, None if limit is None else int(limit))
         (original.get("course.forbidden.Guard.__enter__") or cls.__enter__)(guard)
@@ -202,15 +203,15 @@ class Worker:
                                         f"code ran: this exercise asks you to {guard.why}.")
             sys.setprofile(previous)
 
-    def unforbid(self):
+    def unforbid(self, pristine=None, integrity=None):
         """End the innermost :meth:`forbid`; returns what was violated meanwhile (sentences)."""
         saved, guard = self.forbidden.pop() if self.forbidden else ([], None)
-        pristine = _PRISTINE or {}
+        pristine = pristine if pristine is not None else (_PRISTINE or {})
         if guard is not None:
             (pristine.get("course.forbidden.Guard.__exit__") or type(guard).__exit__)(guard, None, None, None)
         for owner, attr, original in reversed(saved):
             setattr(owner, attr, original)
-        changed = [k for k, v in self._integrity().items() if pristine and pristine.get(k) is not v]
+        changed = [k for k, v in (integrity or Worker._integrity)().items() if pristine and pristine.get(k) is not v]
         tampered = [f"your code replaced {', '.join(changed[:3])}, part of the check of forbidden calls: a notebook "
                     "that switches the check off fails the tests that use it."] if changed else []
         found = tampered + self.violations + (guard.violations if guard is not None else [])
@@ -340,6 +341,12 @@ class Worker:
     def serve(self):
         wire = self.wire
         self.test_fd = None
+        # The check of forbidden calls as it was before any learner's code ran (a worker serves before its
+        # first cell): its methods and the snapshot it compares against are held by this running frame, as
+        # an immutable tuple. A notebook that replaces Worker.forbid/unforbid/handle, or edits the module's
+        # _PRISTINE, changes nothing here; unforbid reports the replaced pieces.
+        forbid, unforbid, handle, integrity = Worker.forbid, Worker.unforbid, Worker.handle, Worker._integrity
+        snapshot = tuple((_PRISTINE or Worker._integrity()).items())
         self.send({"ok": True, "value": "ready"})
         while True:
             try:
@@ -362,7 +369,14 @@ class Worker:
                     os._exit(0)
                 continue
             try:
-                reply = self.handle(req)
+                op = req.get("op") if isinstance(req, dict) else None
+                if op == "forbid":
+                    forbid(self, req["names"], req["why"], req.get("limit"), pristine=dict(snapshot))
+                    reply = {"ok": True, "value": None}
+                elif op == "unforbid":
+                    reply = {"ok": True, "value": unforbid(self, pristine=dict(snapshot), integrity=integrity)}
+                else:
+                    reply = handle(self, req)
             except _Exit:
                 return
             except BaseException as exc:  # noqa: BLE001 - reported to the judge as the student's error

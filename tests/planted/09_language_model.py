@@ -181,6 +181,42 @@ ATTN_ALWAYS_MASK_STYLE = ATTN_TEMPLATE.format(attend='''\
         j = torch.arange(T_past + T, device=x.device)[None, :]
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=j <= i, dropout_p=p)''')
 
+ATTN_NO_WEIGHT_DROPOUT = ATTN_TEMPLATE.format(attend='''\
+        T_past = k.shape[2] - T
+        i = torch.arange(T, device=x.device)[:, None] + T_past
+        j = torch.arange(T_past + T, device=x.device)[None, :]
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=j <= i)            # dropout_p forgotten''')
+
+ATTN_NO_OUTPUT_DROPOUT = ATTN_ALWAYS_MASK_STYLE.replace("return self.resid_drop(self.proj(out)), (k, v)",
+                                                       "return self.proj(out), (k, v)")          # no dropout after proj
+
+# --------------------------------------------------------------------------------------------
+# Block
+# --------------------------------------------------------------------------------------------
+
+BLOCK_TEMPLATE = '''
+class Block(nn.Module):
+    def __init__(self, d_model, n_heads, dropout=0.0):
+        super().__init__()
+        self.ln1 = nn.LayerNorm(d_model)
+        self.attn = CausalSelfAttention(d_model, n_heads, dropout)
+        self.ln2 = nn.LayerNorm(d_model)
+        self.mlp = nn.Module()
+        self.mlp.fc = nn.Linear(d_model, 4 * d_model)
+        self.mlp.proj = nn.Linear(4 * d_model, d_model)
+        self.mlp_drop = nn.Dropout(dropout)
+
+    def forward(self, x, past_kv=None):
+        a, present = self.attn(self.ln1(x), past_kv)
+        x = x + a
+{mlp}
+        return x, present
+'''
+
+BLOCK_NO_MLP_DROPOUT = BLOCK_TEMPLATE.format(mlp="        x = x + self.mlp.proj(F.gelu(self.mlp.fc(self.ln2(x))))")
+BLOCK_FUNCTIONAL_DROPOUT_STYLE = BLOCK_TEMPLATE.format(
+    mlp="        x = x + F.dropout(self.mlp.proj(F.gelu(self.mlp.fc(self.ln2(x)))), self.attn.dropout, self.training)")
+
 # --------------------------------------------------------------------------------------------
 # GPT
 # --------------------------------------------------------------------------------------------
@@ -278,6 +314,9 @@ GPT_ONE_SHARED_BLOCK = GPT_TEMPLATE.format(tie=TIE, positions=POS_OK, generate=G
     "nn.ModuleList([Block(d_model, n_heads, dropout)] * n_layers)")      # one block, used n_layers times
 assert "] * n_layers" in GPT_ONE_SHARED_BLOCK
 
+GPT_NO_EMBEDDING_DROPOUT = GPT_TEMPLATE.format(tie=TIE, positions=POS_OK, generate=GEN_OK).replace(
+    "x = self.drop(self.tok_emb(idx) + self.pos_emb(pos))", "x = self.tok_emb(idx) + self.pos_emb(pos)")
+
 VARIANTS = {
     # lm_loss
     "loss_targets_not_shifted": {"replace": {"lm_loss": LOSS_NOT_SHIFTED}, "must_fail": ["test_lm_loss_shift"]},
@@ -310,6 +349,11 @@ VARIANTS = {
                                                      "test_gpt_generate_greedy_cache"]},
     "attn_handwritten_masked_style": {"replace": {"CausalSelfAttention": ATTN_HANDWRITTEN_STYLE}, "must_fail": []},
     "attn_explicit_mask_style": {"replace": {"CausalSelfAttention": ATTN_ALWAYS_MASK_STYLE}, "must_fail": []},
+    "attn_no_dropout_on_weights": {"replace": {"CausalSelfAttention": ATTN_NO_WEIGHT_DROPOUT}, "must_fail": ["test_gpt_dropout"]},
+    "attn_no_dropout_after_proj": {"replace": {"CausalSelfAttention": ATTN_NO_OUTPUT_DROPOUT}, "must_fail": ["test_gpt_dropout"]},
+    # Block
+    "block_no_dropout_after_mlp": {"replace": {"Block": BLOCK_NO_MLP_DROPOUT}, "must_fail": ["test_gpt_dropout"]},
+    "block_functional_dropout_style": {"replace": {"Block": BLOCK_FUNCTIONAL_DROPOUT_STYLE}, "must_fail": []},
     # GPT
     "gpt_cache_positions_from_zero": {"replace": {"GPT": GPT_POSITIONS_FROM_ZERO},
                                       "must_fail": ["test_gpt_kv_cache_forward", "test_gpt_generate_greedy_cache",
@@ -319,4 +363,5 @@ VARIANTS = {
     "gpt_generate_chunked_cache_style": {"replace": {"GPT": GPT_GENERATE_RECOMPUTE_STYLE}, "must_fail": []},
     "gpt_generate_rolling_cache": {"replace": {"GPT": GPT_GENERATE_ROLLING_CACHE}, "must_fail": ["test_gpt_generate_long"]},
     "gpt_one_shared_block": {"replace": {"GPT": GPT_ONE_SHARED_BLOCK}, "must_fail": ["test_gpt_structure"]},
+    "gpt_no_embedding_dropout": {"replace": {"GPT": GPT_NO_EMBEDDING_DROPOUT}, "must_fail": ["test_gpt_dropout"]},
 }
