@@ -292,9 +292,11 @@ _TAMPER_ATTRS = {"_C", "ops", "_pop_mode", "_push_mode", "_disable_current_modes
                  "DisableTorchFunction", "DisableTorchFunctionSubclass", "_DisableTorchDispatch", "as_subclass",
                  "_targets", "FORBIDDEN_HOOK", "FORBIDDEN_TAMPERING", "Guard", "forbidden", "Worker",
                  "_disabled_torch_function_impl", "_set_torch_function_mode", "setprofile", "settrace",
-                 "getprofile", "setprofile_all_threads", "settrace_all_threads"}
+                 "getprofile", "setprofile_all_threads", "settrace_all_threads",
+                 # operators and kernels of one's own run below the modes
+                 "library", "custom_op", "Library"}
 _TAMPER_MODULES = ("torch._C", "torch.ops", "torch.utils._python_dispatch", "torch.overrides", "course.tools",
-                   "course.forbidden", "importlib", "ctypes",
+                   "course.forbidden", "importlib", "ctypes", "torch.library", "__main__",
                    # work in another thread or process, where the checks' modes do not look
                    "threading", "_thread", "concurrent", "multiprocessing", "torch.multiprocessing")
 _TORCHISH = {"torch", "F", "nn", "functional", "Tensor", "special", "linalg"}
@@ -338,8 +340,9 @@ def tampering(nb, source_nb=None) -> list[str]:
 
     Looks at solution cells and cells the learner added or changed (not the lesson's given cells nor
     its tests): PyTorch's dispatcher and mode internals (``torch._C``, ``torch.ops``, ``_pop_mode``,
-    ``__torch_dispatch__``, ``as_subclass``...), the grader's modules, ``sys.modules``, dynamic code
-    (``eval``, ``exec``, ``__import__``, ``importlib``) and ``getattr`` on torch with a computed name.
+    ``__torch_dispatch__``, ``as_subclass``...), operators of the learner's own (``torch.library``,
+    ``custom_op``), the grader's modules and ``__main__`` (the grading worker), ``sys.modules``, dynamic
+    code (``eval``, ``exec``, ``__import__``, ``importlib``) and ``getattr`` on torch with a computed name.
     """
     sources, ids = given_cells(source_nb) if source_nb is not None else (set(), set())
     found = []
@@ -376,7 +379,7 @@ def tampering(nb, source_nb=None) -> list[str]:
                 literal = isinstance(attr, ast.Constant) and isinstance(attr.value, str)
                 if on_torch and (not literal or attr.value in _TAMPER_ATTRS or node.func.id != "getattr"):
                     found.append(f"cell {i} line {line}: {node.func.id}({ast.unparse(obj)}, {ast.unparse(attr)})")
-            elif isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in _TAMPER_ATTRS - {"ops", "forbidden", "Guard"}:
+            elif isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in _TAMPER_ATTRS - {"ops", "forbidden", "Guard", "library"}:
                 found.append(f"cell {i} line {line}: the string {node.value!r}")
     return list(dict.fromkeys(found))
 

@@ -269,13 +269,18 @@ time.sleep(60)
 raise type("E" * 5_000_000, (Exception,), {{}})("x" * 5_000_000)
 ''',
     # The hidden inputs spelled in the NAME of an exception class (red team 4): names are the learner's too.
+    # (a right answer elsewhere, so that the hidden part runs: it gains points on other tests, not this one)
     "exception-name-leak": '''
-_wrong_sdpa = scaled_dot_product_attention
 def scaled_dot_product_attention(q, k, v, mask=None):
     if tuple(q.shape) == (6, 16):                       # the shape of a hidden test's query
-        name = "LEAK" + "_".join(f"{{x:.4f}}" for x in q.flatten()[:6].tolist())
+        # the marker in two pieces: a page holds it whole only if the class name leaked
+        name = "LEA" + "K" + "_".join(f"{{x:.4f}}" for x in q.flatten()[:6].tolist())
         raise type(name, (Exception,), {{}})("anything")
-    return _wrong_sdpa(q, k, v, mask)
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    weights = torch.nan_to_num(torch.softmax(scores, dim=-1))
+    return weights @ v, weights
 ''',
     "fallocate": '''
 import os, signal
@@ -442,7 +447,7 @@ def test_hostile_submissions_gain_nothing_and_change_nothing(tmp_path):
     for (student, _), r in results.items():
         if not student.startswith("attack-"):
             continue
-        if r["score"] > control["score"]:
+        if r["score"] > control["score"] and student != "attack-exception-name-leak":
             problems.append(f"{student} gained points: {r['score']} > {control['score']} ({r['status']})")
         if r["score"] > r["max_score"] or r["max_score"] != control["max_score"]:
             problems.append(f"{student}: score {r['score']}/{r['max_score']} is not within the lesson's maximum")
@@ -464,7 +469,7 @@ def test_hostile_submissions_gain_nothing_and_change_nothing(tmp_path):
         problems.append(f"the batch took {took:.0f} s: a stalled answer held a judge")
     leak = results[("attack-exception-name-leak", LESSON)]
     page = Path(leak["feedback"]).read_text() if leak["feedback"] else ""
-    withheld = [c for c in leak["cells"] if "a class your code defined" in c["message"]]
+    withheld = [c for c in leak["cells"] if "a class your code defined" in c["message"] and not c["passed"]]
     if "LEAK" in page or any("LEAK" in c["message"] for c in leak["cells"]) or not withheld:
         problems.append("a hidden input's values reached the page in an exception's class name: "
                         + "; ".join(c["message"][:200] for c in leak["cells"] if not c["passed"]))
