@@ -424,6 +424,15 @@ _sys.path.insert(0, str(_Path(__file__).resolve().parents[1]))
 from planting import solution_sources as _solution_sources  # noqa: E402
 
 
+def _derived(cell, *changes):
+    """The reference's ``cell`` with each (old, new) text replaced: a variant that differs where the bug is."""
+    src = _solution_sources(LESSON)[cell]
+    for old, new in changes:
+        assert old in src, f"{LESSON}: the reference {cell} changed; update the variant ({old!r})"
+        src = src.replace(old, new)
+    return src
+
+
 def _shared_stack(cell, old, new):
     src = _solution_sources(LESSON)[cell]
     assert src.count(old) == 1, f"{LESSON}: the reference {cell} changed; update the shared-stack variant"
@@ -523,39 +532,7 @@ def mask_tokens(ids, special_mask, vocab_size, mask_id, p=0.15, generator=None):
     return inputs, labels
 '''
 
-AUDIT_MASK_RANDOM_IDS_SKIP_LOW_IDS = '''
-def mask_tokens(ids, special_mask, vocab_size, mask_id, p=0.15, generator=None):
-    """BERT's masked-language-model corruption: choose tokens to predict and hide them.
-
-    Each token that is not special is selected with probability ``p``. Of the selected tokens,
-    80 % are replaced by ``mask_id``, 10 % by a random token (uniform over ``0 .. vocab_size - 1``)
-    and 10 % are left unchanged. The model must predict the original token at every selected
-    position, and only there.
-
-    Args:
-        ids: (B, T) long, the original token ids.
-        special_mask: (B, T) bool, True on special tokens ([CLS], [SEP], padding): never selected.
-        vocab_size: V, the range of the random replacement tokens.
-        mask_id: the id of the [MASK] token.
-        p: the probability that a non-special token is selected (0.15 in BERT).
-        generator: a ``torch.Generator`` for every random draw (None: torch's global one), so that the
-            same seed gives the same corruption.
-
-    Returns:
-        (inputs, labels), both (B, T) long: ``inputs`` is ``ids`` with the selected tokens corrupted
-        (a new tensor; ``ids`` is not modified); ``labels`` holds the original id at the selected
-        positions and -100 (ignored by ``F.cross_entropy``) everywhere else.
-    """
-    selected = (torch.rand(ids.shape, generator=generator) < p).to(ids.device) & ~special_mask    # (B, T)
-    action = torch.rand(ids.shape, generator=generator).to(ids.device)                          # one draw decides 80/10/10
-    random_ids = torch.randint(5, vocab_size, ids.shape, generator=generator).to(ids.device)
-    inputs = ids.clone()
-    inputs[selected & (action < 0.8)] = mask_id                                                  # 80 %: [MASK]
-    to_random = selected & (action >= 0.8) & (action < 0.9)                                      # 10 %: a random token
-    inputs[to_random] = random_ids[to_random]                                                    # the last 10 %: unchanged
-    labels = torch.where(selected, ids, torch.full_like(ids, -100))
-    return inputs, labels
-'''
+AUDIT_MASK_RANDOM_IDS_SKIP_LOW_IDS = _derived('mask_tokens', ('torch.randint(vocab_size, ids.shape,', 'torch.randint(5, vocab_size, ids.shape,'))
 
 AUDIT_NSP_NEGATIVE_FROM_NEXT_DOCUMENT = '''
 def make_nsp_pairs(documents, generator=None):
@@ -587,45 +564,7 @@ def make_nsp_pairs(documents, generator=None):
     return pairs
 '''
 
-AUDIT_EMBEDDINGS_DROPOUT_BEFORE_NORM = '''
-class BertEmbeddings(nn.Module):
-    """BERT's input layer: token + segment + position embeddings, then LayerNorm and dropout.
-
-    Args:
-        vocab_size: V.
-        d_model: D.
-        max_len: the number of learned positions (sequences may be at most this long).
-        n_segments: the number of segments (2: sentence A and sentence B).
-        dropout: dropout on the output (training mode only).
-
-    Attributes:
-        token: ``nn.Embedding(vocab_size, d_model)``.
-        segment: ``nn.Embedding(n_segments, d_model)``.
-        position: ``nn.Embedding(max_len, d_model)``, indexed by the position in the WHOLE sequence.
-        norm: ``nn.LayerNorm(d_model, eps=1e-12)`` (BERT's epsilon).
-        dropout: ``nn.Dropout(dropout)``.
-
-    Shapes:
-        forward(ids (B, T) long, segments (B, T) long or None) -> (B, T, D). ``segments=None`` means
-        every token is in segment 0.
-    """
-
-    def __init__(self, vocab_size, d_model, max_len, n_segments=2, dropout=0.0):
-        super().__init__()
-        self.token = nn.Embedding(vocab_size, d_model)
-        self.segment = nn.Embedding(n_segments, d_model)
-        self.position = nn.Embedding(max_len, d_model)
-        self.norm = nn.LayerNorm(d_model, eps=1e-12)
-        self.dropout = nn.Dropout(dropout)
-
-    def forward(self, ids, segments=None):
-        B, T = ids.shape
-        if segments is None:
-            segments = torch.zeros_like(ids)
-        positions = torch.arange(T, device=ids.device)                          # 0 .. T-1 across both sentences
-        x = self.token(ids) + self.segment(segments) + self.position(positions)  # (B, T, D) + (B, T, D) + (T, D)
-        return self.norm(self.dropout(x))
-'''
+AUDIT_EMBEDDINGS_DROPOUT_BEFORE_NORM = _derived('BertEmbeddings', ('return self.dropout(self.norm(x))', 'return self.norm(self.dropout(x))'))
 
 VARIANTS.update({
     "mask_tokens_mutates_ids": {"replace": {"mask_tokens": AUDIT_MASK_TOKENS_MUTATES_IDS}, "must_fail": ['test_mask_tokens_shapes']},
