@@ -30,6 +30,16 @@ def scaled_dot_product_attention(q, k, v, mask=None):
 _MARKER = re.compile(r"^[ \t]*### (BEGIN|END) SOLUTION[ \t]*\n?", re.M)
 
 
+def derived(lesson: str, cell: str, *changes) -> str:
+    """The reference's solution ``cell`` of ``lesson`` with each (old, new) text replaced: a planted variant
+    that differs from the reference exactly where its bug is (and fails loudly if the reference changed)."""
+    src = solution_sources(lesson)[cell]
+    for old, new in changes:
+        assert old in src, f"{lesson}: the reference {cell} changed; update the variant ({old!r})"
+        src = src.replace(old, new)
+    return src
+
+
 def solution_sources(lesson: str) -> dict[str, str]:
     """grade_id -> the reference code of each solution cell, solution markers removed."""
     nb = nbformat.read(str(ROOT / "solutions" / lesson / f"{lesson}.ipynb"), as_version=4)

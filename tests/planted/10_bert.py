@@ -421,16 +421,12 @@ import sys as _sys
 from pathlib import Path as _Path
 
 _sys.path.insert(0, str(_Path(__file__).resolve().parents[1]))
+import planting as _planting  # noqa: E402
 from planting import solution_sources as _solution_sources  # noqa: E402
 
 
 def _derived(cell, *changes):
-    """The reference's ``cell`` with each (old, new) text replaced: a variant that differs where the bug is."""
-    src = _solution_sources(LESSON)[cell]
-    for old, new in changes:
-        assert old in src, f"{LESSON}: the reference {cell} changed; update the variant ({old!r})"
-        src = src.replace(old, new)
-    return src
+    return _planting.derived(LESSON, cell, *changes)
 
 
 def _shared_stack(cell, old, new):
