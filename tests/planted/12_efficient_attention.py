@@ -168,7 +168,21 @@ def repeat_kv(x, n_rep):
     return torch.repeat_interleave(x, n_rep, dim=1)
 '''
 
+import sys as _sys
+from pathlib import Path as _Path
+
+_sys.path.insert(0, str(_Path(__file__).resolve().parents[1]))
+from planting import derived as _derived  # noqa: E402
+
+# causal with T_q != T_k: the triangle aligned to the last key (as a KV cache would), not to the start
+CAUSAL_BOTTOM_RIGHT = _derived(LESSON, "chunked_attention",
+                               ("q_pos = torch.arange(T_q, device=q.device)[:, None]",
+                                "q_pos = torch.arange(T_q, device=q.device)[:, None] + (T_k - T_q)"),
+                               ("if causal and start > T_q - 1:", "if causal and start > T_k - 1:"))
+
 VARIANTS = {
+    "causal_aligned_bottom_right": {"replace": {"chunked_attention": CAUSAL_BOTTOM_RIGHT},
+                                    "must_fail": ["test_chunked_attention_causal"]},
     # the online softmax forgets to rescale the running sum when the maximum changes
     "no_rescale_of_sum": {
         "replace": {"chunked_attention": chunked(L_UPDATE="l + p.sum(dim=-1, keepdim=True)")},
