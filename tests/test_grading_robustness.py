@@ -175,6 +175,60 @@ def test_warm_sandbox_imports_what_the_lessons_import(tmp_path):
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout.strip() == "True"
 
 
+def _parent(pid: int) -> int | None:
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _sandboxes_of(pid: int) -> set[int]:
+    """The bubblewrap processes whose parent is ``pid``."""
+    found = set()
+    for stat in Path("/proc").glob("[0-9]*"):
+        child = int(stat.name)
+        if _parent(child) == pid:
+            try:
+                if b"bwrap" in (stat / "cmdline").read_bytes().split(b"\0")[0]:
+                    found.add(child)
+            except OSError:
+                pass
+    return found
+
+
+def test_forked_judges_share_one_warm_parent_and_their_sandboxes_end_with_them(tmp_path):
+    """`course grade`'s judges are forked from one fork server, which launched a warm sandbox per judge
+    before its imports. A judge that is killed takes its sandbox with it, and its slot gets a new judge
+    forked from the same warm parent; closing ends the server and everything it started."""
+    import time
+
+    from course.tools import grading, sandbox
+
+    if not sandbox.available()[0]:
+        pytest.skip("bubblewrap is not available here: " + sandbox.available()[1])
+    judges = grading._Judges(2, {"scratch_base": str(tmp_path), "warm": [], "limits": {"memory_mb": 3000}})
+    judges.start_all()
+    server = judges.server.pid if judges.server is not None else None
+    try:
+        if server is None:
+            pytest.skip("no pidfds here: each judge is a process of its own")
+        a, b = judges._proc(0), judges._proc(1)
+        assert isinstance(a, grading._ForkedJudge) and isinstance(b, grading._ForkedJudge) and a.pid != b.pid
+        assert _parent(a.pid) == _parent(b.pid) == server
+        assert len(_sandboxes_of(server)) == 2                  # launched ahead, one for each judge
+        judges._kill(0)
+        deadline = time.monotonic() + 15
+        while len(_sandboxes_of(server)) != 1 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert len(_sandboxes_of(server)) == 1, "the killed judge's sandbox outlived it"
+        c = judges._proc(0)
+        assert c.pid not in (a.pid, b.pid) and _parent(c.pid) == server and c.poll() is None
+    finally:
+        judges.close()
+    assert _parent(server) is None or not Path(f"/proc/{server}").exists()
+    assert not _sandboxes_of(server)
+
+
 def test_a_judge_adopts_the_sandbox_it_launched_as_it_started(tmp_path, monkeypatch):
     """Each judge launches its warm sandbox before its own imports (the grader describes it in
     $COURSE_JUDGE_PRESTART) and its first submission adopts it; a submission that needs another sandbox

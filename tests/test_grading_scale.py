@@ -279,6 +279,40 @@ def test_dask_worker_deaths_grade_each_submission_once_never_a_silent_zero(dask_
     assert all(r["status"] == "graded" for r in rows if r["student"] != "zed")
 
 
+def _judge_pids(client) -> dict:
+    """The judge process of every worker's plugin (None where it has graded nothing yet)."""
+    def pid(dask_worker):
+        plugin = dask_worker.plugins.get("course-judge")
+        procs = getattr(getattr(plugin, "judges", None), "procs", {})
+        return procs[0].pid if 0 in procs else None
+
+    return client.run(pid)
+
+
+@pytest.mark.slow
+def test_a_standing_dask_cluster_keeps_its_judges_warm_between_batches(graded_shards, tmp_path):
+    """On a cluster that outlives the command (``--scheduler``), each worker's judge and warm sandbox stay
+    for the next batch: the second batch is graded by the very same judge processes, and both batches
+    give local judges' grades.csv byte for byte."""
+    pytest.importorskip("distributed", reason="Dask not installed (pip install 'course[dask]')")
+    from distributed import Client, LocalCluster
+
+    tmp, subs, _ = graded_shards
+    env = {**os.environ, "COURSE_GRADE_CACHE": str(tmp / "assignment-cache")}
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1", dashboard_address=None,
+                      memory_limit=0) as cluster, Client(cluster) as client:
+        seen = []
+        for run in ("first", "second"):
+            proc = subprocess.run([COURSE, "grade", str(subs), "--out", str(tmp_path / run), "--executor", "dask",
+                                   "--scheduler", cluster.scheduler_address], capture_output=True, text=True,
+                                  timeout=600, env=env)
+            assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+            assert (tmp_path / run / "grades.csv").read_bytes() == (tmp / "whole" / "grades.csv").read_bytes()
+            seen.append(_judge_pids(client))
+    warm = {worker: pid for worker, pid in seen[0].items() if pid is not None}
+    assert warm and all(seen[1][worker] == pid for worker, pid in warm.items()), seen   # the same judges, still warm
+
+
 def _postgres_bin() -> Path | None:
     import glob
     import shutil

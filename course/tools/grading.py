@@ -326,7 +326,9 @@ def _feedback_exporter():
     options = dict(sanitize_html=True, template_name="lab", template_file="course_feedback.html.j2",
                    extra_loaders=[DictLoader({"course_feedback.html.j2": _FEEDBACK_TEMPLATE})])
     try:
+        from jinja2 import pass_context
         from nbconvert.exporters.templateexporter import TemplateExporter
+        from nbconvert.filters import clean_html as clean_html_filter
         from nbconvert.filters.highlight import Highlight2HTML
         from nbconvert.filters.widgetsdatatypefilter import WidgetsDataTypeFilter
     except ImportError:
@@ -359,11 +361,34 @@ def _feedback_exporter():
                     cache[key] = highlight(source, language=language, metadata=metadata)
                 return cache[key]
 
+            markdown, cleaned = self._markdown, self._cleaned
+
+            @pass_context
+            def markdown2html(context, source):
+                # The lesson's Markdown is the same in every submission: rendered once per judge.
+                cell = context.get("cell", {})
+                key = (source, json.dumps(cell.get("attachments", {}), sort_keys=True, default=str),
+                       str(context.get("resources", {}).get("metadata", {}).get("path", "")))
+                if key not in markdown:
+                    if len(markdown) >= 2048:
+                        markdown.clear()
+                    markdown[key] = HTMLExporter.markdown2html(self, context, source)
+                return markdown[key]
+
+            def clean_html(html):
+                if html not in cleaned:
+                    if len(cleaned) >= 2048:
+                        cleaned.clear()
+                    cleaned[html] = clean_html_filter(html)
+                return cleaned[html]
+
             try:
                 metadata = self._nb_metadata
             except AttributeError:       # an nbconvert laid out otherwise: its own, slower way
                 return super().from_notebook_node(nb, resources, **kw)
             resources = self._init_resources(resources)
+            self.register_filter("markdown2html", markdown2html)
+            self.register_filter("clean_html", clean_html)
             self.register_filter("highlight_code", highlight_code)
             self.register_filter("filter_data_type", WidgetsDataTypeFilter(
                 notebook_metadata=metadata, parent=self, resources=resources))
@@ -373,7 +398,7 @@ def _feedback_exporter():
             return html, resources
 
     exporter = FeedbackExporter(**options)
-    exporter._highlighted = {}
+    exporter._highlighted, exporter._markdown, exporter._cleaned = {}, {}, {}
     return exporter
 
 
@@ -588,46 +613,203 @@ def _generate_assignments(ws: Workspace, lessons: list[str], *, fresh: bool) -> 
     return False
 
 
+class _ForkedJudge:
+    """A judge forked by the judges' fork server (:func:`course.tools.judge.serve_forks`): not this
+    process's child, so it is watched and killed through a pidfd (``Popen``'s interface, as used here)."""
+
+    def __init__(self, pid: int, pidfd: int, stdin_fd: int, stdout_fd: int):
+        self.pid, self.pidfd, self.returncode = pid, pidfd, None
+        self.stdin = os.fdopen(stdin_fd, "w", encoding="utf-8")
+        self.stdout = os.fdopen(stdout_fd, "r", encoding="utf-8")
+
+    def poll(self):
+        import select
+
+        if self.returncode is None and select.select([self.pidfd], [], [], 0)[0]:
+            self.returncode = -9
+        return self.returncode
+
+    def wait(self, timeout=None):
+        import select
+
+        if self.returncode is None:
+            if not select.select([self.pidfd], [], [], timeout)[0]:
+                raise subprocess.TimeoutExpired("judge", timeout)
+            self.returncode = -9
+        return self.returncode
+
+    def kill(self):
+        import signal
+
+        try:
+            signal.pidfd_send_signal(self.pidfd, signal.SIGKILL)
+        except OSError:
+            pass
+
+    def release(self):
+        for thing in (self.stdin, self.stdout):
+            try:
+                thing.close()
+            except OSError:
+                pass
+        if self.pidfd >= 0:
+            os.close(self.pidfd)
+            self.pidfd = -1
+
+
 class _Judges:
-    """``jobs`` judge processes (``python -m course.tools.judge``), each grading one notebook at a time."""
+    """``jobs`` judge processes, each grading one notebook at a time. They are forked from one warm
+    process, the fork server (``python -m course.tools.judge --forks=FD``), which imports everything
+    once and launches their warm sandboxes first; a judge that dies is forked again from it in
+    milliseconds. Where pidfds are missing (not Linux, or an old kernel) or the server fails, each
+    judge is a ``python -m course.tools.judge`` of its own, as before."""
 
     def __init__(self, jobs: int, prestart: dict | None = None):
         self.jobs = max(1, int(jobs))
         self.prestart = prestart           # the warm sandbox each judge launches first (sandbox.prestart_from_env)
-        self.procs: dict[int, subprocess.Popen] = {}
+        self.procs: dict[int, object] = {}
         self.first: list[tuple] = []       # per judge process: (started, asked, answered, phases) of its first submission
         self._started: dict[int, float] = {}
+        self.server = self._sock = None    # the fork server and the socket to it
+        self._asked: list[tuple] = []      # fork requests not yet answered: (slot, stdin write end, stdout read end)
+        self._lock = threading.Lock()
 
-    def _proc(self, slot: int) -> subprocess.Popen:
-        p = self.procs.get(slot)
-        if p is None or p.poll() is not None:
-            from course.tools import sandbox
+    def _env(self) -> dict:
+        from course.tools import sandbox
 
-            env = dict(os.environ, OMP_NUM_THREADS="1")
-            env.pop(sandbox.PRESTART_ENV, None)
-            if self.prestart is not None:
-                env[sandbox.PRESTART_ENV] = json.dumps(self.prestart)
-            p = self.procs[slot] = subprocess.Popen([sys.executable, "-m", "course.tools.judge"], stdin=subprocess.PIPE,
-                                                    stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env,
-                                                    start_new_session=True)
-            self._started[slot] = time.perf_counter()
-        return p
+        env = dict(os.environ, OMP_NUM_THREADS="1")
+        env.pop(sandbox.PRESTART_ENV, None)
+        if self.prestart is not None:
+            env[sandbox.PRESTART_ENV] = json.dumps(self.prestart)
+        return env
+
+    def _start_server(self) -> None:
+        import signal
+        import socket
+
+        if not (hasattr(os, "pidfd_open") and hasattr(signal, "pidfd_send_signal") and hasattr(socket, "send_fds")):
+            return
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        env = self._env()
+        env["COURSE_JUDGE_WARM"] = ",".join((self.prestart or {}).get("warm", []))
+        try:
+            self.server = subprocess.Popen([sys.executable, "-m", "course.tools.judge", f"--forks={theirs.fileno()}",
+                                            f"--slots={self.jobs}"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                           stderr=subprocess.DEVNULL, env=env, pass_fds=[theirs.fileno()],
+                                           start_new_session=True)
+        except OSError:
+            ours.close()
+            return
+        finally:
+            theirs.close()
+        ours.settimeout(300)               # its imports take seconds; a server that never answers is given up
+        self._sock = ours
+
+    def _stop_server(self) -> None:
+        if self._sock is not None:
+            self._sock.close()             # EOF: the server kills what is left and exits
+            self._sock = None
+        if self.server is not None:
+            try:
+                self.server.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.server.pid, 9)
+                self.server.wait()
+            self.server = None
+
+    def _ask_fork(self, slot: int) -> None:
+        import socket
+
+        in_r, in_w = os.pipe()
+        out_r, out_w = os.pipe()
+        try:
+            socket.send_fds(self._sock, [json.dumps({"op": "fork", "slot": slot}).encode()], [in_r, out_w])
+        except OSError:
+            for fd in (in_w, out_r):
+                os.close(fd)
+            raise
+        finally:
+            os.close(in_r)                 # the server has its own copies now
+            os.close(out_w)
+        self._asked.append((slot, in_w, out_r))
+
+    def _forked(self, slot: int):
+        """The judge forked for ``slot`` (asked for before), or None if the server failed."""
+        import socket
+
+        while self._asked:
+            try:
+                data, fds, _, _ = socket.recv_fds(self._sock, 4096, 1)
+                answer = json.loads(data)
+            except (OSError, ValueError):
+                answer, fds = None, []
+            asked_slot, in_w, out_r = self._asked.pop(0)
+            if not isinstance(answer, dict) or answer.get("ev") != "forked" or len(fds) != 1:
+                for fd in (in_w, out_r, *fds):
+                    os.close(fd)
+                for _, a, b in self._asked:
+                    os.close(a)
+                    os.close(b)
+                self._asked = []
+                self._stop_server()
+                return None
+            judge = _ForkedJudge(int(answer["pid"]), fds[0], in_w, out_r)
+            if asked_slot == slot:
+                return judge
+            self.procs[asked_slot] = judge
+        return None
+
+    def _proc(self, slot: int):
+        with self._lock:
+            p = self.procs.get(slot)
+            if p is not None and p.poll() is None:
+                return p
+            if p is not None and isinstance(p, _ForkedJudge):
+                p.release()
+            p = None
+            if self._sock is not None:
+                if not any(s == slot for s, _, _ in self._asked):
+                    try:
+                        self._ask_fork(slot)
+                    except OSError:
+                        self._stop_server()
+                if self._sock is not None:
+                    p = self._forked(slot)
+            if p is None:
+                p = subprocess.Popen([sys.executable, "-m", "course.tools.judge"], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=self._env(),
+                                     start_new_session=True)
+            self.procs[slot] = p
+            self._started.setdefault(slot, time.perf_counter())
+            return p
 
     def start_all(self) -> None:
-        """Start every judge process now (each imports its libraries while the batch is prepared)."""
-        for slot in range(self.jobs):
-            self._proc(slot)
+        """Start the fork server now and ask for every judge (they are forked once its imports are done,
+        while the batch is prepared here); without a server, start every judge process."""
+        t = time.perf_counter()
+        self._start_server()
+        with self._lock:
+            for slot in range(self.jobs):
+                self._started[slot] = t
+                if self._sock is not None:
+                    try:
+                        self._ask_fork(slot)
+                    except OSError:
+                        self._stop_server()
+        if self._sock is None:
+            for slot in range(self.jobs):
+                self._proc(slot)
 
     def grade(self, slot: int, spec: dict) -> dict:
-        p = self._proc(slot)
-        started = self._started.pop(slot, None)      # set when this is the judge process's first submission
         asked = time.perf_counter()
+        p = self._proc(slot)                         # waits for the fork server's imports, the first time
+        started = self._started.pop(slot, None)      # set when this is the judge process's first submission
         answer = self._ask(slot, p, spec)
         if started is not None:
             self.first.append((started, asked, time.perf_counter(), answer.get("phases", {})))
         return answer
 
-    def _ask(self, slot: int, p: subprocess.Popen, spec: dict) -> dict:
+    def _ask(self, slot: int, p, spec: dict) -> dict:
         import select
 
         limit = float(spec.get("notebook_timeout", 600)) * 2 + 300     # the judge enforces its own limits first
@@ -636,7 +818,7 @@ class _Judges:
             p.stdin.flush()
             ready, _, _ = select.select([p.stdout], [], [], limit)
             line = p.stdout.readline() if ready else ""
-        except (BrokenPipeError, OSError):
+        except (BrokenPipeError, OSError, ValueError):
             line = ""
         if not line:
             self._kill(slot)
@@ -651,24 +833,43 @@ class _Judges:
         return answer
 
     def _kill(self, slot: int) -> None:
-        p = self.procs.pop(slot, None)
-        if p is not None:
+        with self._lock:
+            p = self.procs.pop(slot, None)
+        if p is None:
+            return
+        if isinstance(p, _ForkedJudge):                # a session of its own, its sandboxes die with it
+            p.kill()
             try:
-                os.killpg(p.pid, 9)
-            except (ProcessLookupError, PermissionError):
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
                 pass
+            p.release()
+            return
+        try:
+            os.killpg(p.pid, 9)
+        except (ProcessLookupError, PermissionError):
+            pass
 
     def close(self):
-        for p in self.procs.values():          # every judge told first: they end side by side
+        with self._lock:
+            procs = list(self.procs.values())
+            for _, a, b in self._asked:               # forks asked for and never used
+                os.close(a)
+                os.close(b)
+            self._asked = []
+        for p in procs:                               # every judge told first: they end side by side
             try:
                 p.stdin.close()
             except OSError:
                 pass
-        for p in self.procs.values():
+        for p in procs:
             try:
                 p.wait(timeout=10)
             except Exception:  # noqa: BLE001
                 p.kill()
+            if isinstance(p, _ForkedJudge):
+                p.release()
+        self._stop_server()
 
 
 def _reusable(prev: dict | None, digest: str) -> bool:

@@ -6,9 +6,10 @@ dask-jobqueue on Slurm, the Dask Kubernetes operator): its workers need this cou
 the same version, and bubblewrap, as a grading machine does.
 
 Each worker keeps one warm judge for its lifetime (:class:`JudgePlugin`, a Dask ``WorkerPlugin``):
-its setup starts ``python -m course.tools.judge`` exactly as ``course grade`` does locally
-(:class:`course.tools.grading._Judges`), the judge keeps its warm sandbox between submissions, and
-the plugin's teardown stops it. A task is the submission spec that local judge takes, with the
+its setup starts the judge exactly as ``course grade`` does locally (:class:`course.tools.grading._Judges`),
+the judge keeps its warm sandbox between submissions, and the plugin's teardown stops it. On a
+standing cluster (``--scheduler``) the plugin is registered once and stays for later batches, so
+their judges and sandboxes are already warm. A task is the submission spec that local judge takes, with the
 files it names carried along (the cleaned notebook, the instructor's source notebook with its
 hidden tests, the released notebook, the lesson's data files): they go from the grader's machine to
 the grader's workers, the trusted side; the sandbox receives nothing it would not receive locally.
@@ -107,7 +108,7 @@ def grade_on_worker(task: dict) -> dict:
     return get_worker().plugins[PLUGIN].grade(task)
 
 
-def _worker_plugin(prestart: dict | None = None):
+def _worker_plugin(prestart: dict | None = None, keep: bool = False):
     from distributed import WorkerPlugin
 
     class CourseJudgePlugin(JudgePlugin, WorkerPlugin):
@@ -115,6 +116,9 @@ def _worker_plugin(prestart: dict | None = None):
 
     plugin = CourseJudgePlugin()
     plugin.prestart = prestart
+    # On a standing cluster the judges stay warm from one batch to the next: a worker that already has the
+    # plugin keeps it (Dask's `idempotent`). A submission with other limits or modules gets a fresh sandbox.
+    plugin.idempotent = keep
     return plugin
 
 
@@ -168,7 +172,7 @@ class DaskJudges:
             self.cluster = LocalCluster(n_workers=self.jobs, threads_per_worker=1, processes=True, host="127.0.0.1",
                                         dashboard_address=None, memory_limit=0, silence_logs=logging.CRITICAL)
             self.client = Client(self.cluster)
-        self.client.register_plugin(_worker_plugin(self.prestart), name=PLUGIN)
+        self.client.register_plugin(_worker_plugin(self.prestart, keep=bool(self.scheduler)), name=PLUGIN)
         self.phases["dask cluster"] = time.perf_counter() - t
 
     def start_all(self) -> None:

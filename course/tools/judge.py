@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import ast
 import builtins
+import functools
 import os
 import random
 import select
@@ -30,8 +31,15 @@ from pathlib import Path
 from course.tools import sandbox
 
 # A judge started by the grader launches its warm sandbox first, before importing torch: the sandbox's
-# Python imports its own libraries meanwhile, on another core when there is one.
-_EARLY = sandbox.prestart_from_env() if __name__ == "__main__" else None
+# Python imports its own libraries meanwhile, on another core when there is one. The judges' fork
+# server (serve_forks) launches one per judge it will fork, each as a uid of its own.
+_FORKS = [a.split("=", 1)[1] for a in sys.argv if a.startswith("--forks=")] if __name__ == "__main__" else []
+if _FORKS:
+    _AHEAD = min(8, max(1, int(next((a.split("=", 1)[1] for a in sys.argv if a.startswith("--slots=")), "1"))))
+    _EARLY_MANY = sandbox.prestart_from_env([sandbox.fresh_uid() if os.geteuid() == 0 else None for _ in range(_AHEAD)])
+else:
+    _EARLY_MANY = []
+_EARLY = sandbox.prestart_from_env() if __name__ == "__main__" and not _FORKS else None
 
 import nbformat  # noqa: E402
 import torch  # noqa: E402
@@ -254,9 +262,45 @@ def _outgoing(value):
 
 # -- one worker in its sandbox ---------------------------------------------------------------------
 
+class _Foster:
+    """A sandbox this judge owns but did not start: the judges' fork server launched it before the judge
+    was forked (:func:`serve_forks`), so it is the server's child. Watched and killed through a pidfd,
+    which names that process and no other, even once it has ended (the server reaps it)."""
+
+    stdin = stdout = None
+
+    def __init__(self, pid: int, pidfd: int):
+        self.pid, self.pidfd, self.returncode = pid, pidfd, None
+
+    def poll(self):
+        if self.returncode is None and select.select([self.pidfd], [], [], 0)[0]:
+            self.returncode = -signal.SIGKILL          # ended; its status is the server's to collect
+        return self.returncode
+
+    def wait(self, timeout=None):
+        if self.returncode is None:
+            if not select.select([self.pidfd], [], [], timeout)[0]:
+                raise subprocess.TimeoutExpired("sandbox", timeout)
+            self.returncode = -signal.SIGKILL
+        return self.returncode
+
+    def kill(self):
+        try:
+            signal.pidfd_send_signal(self.pidfd, signal.SIGKILL)   # bubblewrap; its PID 1 dies with it
+        except (ProcessLookupError, OSError):
+            pass
+
+
 def _terminate(proc) -> None:
     """Kill a worker or sandbox process (and its process group), close its pipes, reap it."""
     if proc is None:
+        return
+    if isinstance(proc, _Foster):
+        proc.kill()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
         return
     for kill in (lambda: os.killpg(proc.pid, signal.SIGKILL), proc.kill):
         try:
@@ -286,6 +330,7 @@ class _Zygote:
         self.proc = None
         self.ctrl = None
         self.inbox = None
+        self.key = None          # what it was started for (scratch base, warm modules, limits)
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None and self.ctrl is not None
@@ -303,6 +348,7 @@ class _Zygote:
                 early[1][1].close()
                 sandbox.remove_scratch(early[1][2])
             self.proc, self.ctrl, self.inbox = sandbox.launch_zygote(scratch_base, warm, limits)
+        self.key = sandbox.prestart_key(scratch_base, warm, limits)
         msg = self.hear(deadline)
         if msg.get("ev") != "ready" or msg.get("clean") is not True:
             raise WorkerGone(f"the sandbox did not start ({msg})")
@@ -380,7 +426,8 @@ class Session:
         self.deadline = time.monotonic() + self.start_timeout
         try:
             if self.use_sandbox:
-                if not _ZYGOTE.alive():
+                # A judge that lives on (a Dask worker's) may get a submission with other limits or modules.
+                if not _ZYGOTE.alive() or _ZYGOTE.key != sandbox.prestart_key(self.scratch_base, self.warm, self.limits):
                     _ZYGOTE.start(self.scratch_base, self.warm, self.limits, self.deadline)
                 names = []
                 for old in _ZYGOTE.inbox.iterdir():
@@ -567,6 +614,38 @@ def pickle_errors():
 _MISSING = object()
 
 
+# -- what a judge keeps from one submission to the next ------------------------------------------------
+# The instructor's notebooks (hidden tests included) and what is derived from them are the same for every
+# submission of a lesson version: read, parsed and compiled once per judge, keyed by their content.
+
+_LESSON_FILES: dict[str, tuple] = {}       # sha256 of a source or release notebook -> (notebook, derived values)
+
+
+def _lesson_notebook(path) -> tuple:
+    """``(notebook, memo)`` for an instructor's notebook: parsed once per content; ``memo`` holds what
+    is computed from it (read only by the callers)."""
+    import hashlib
+
+    data = Path(path).read_bytes()
+    key = hashlib.sha256(data).hexdigest()
+    if key not in _LESSON_FILES:
+        if len(_LESSON_FILES) >= 64:
+            _LESSON_FILES.clear()
+        _LESSON_FILES[key] = (nbformat.reads(data.decode("utf-8"), as_version=4), {})
+    return _LESSON_FILES[key]
+
+
+def _memo(memo: dict, name: str, compute):
+    if name not in memo:
+        memo[name] = compute()
+    return memo[name]
+
+
+@functools.lru_cache(maxsize=512)
+def _compiled(source: str, filename: str):
+    return compile(source, filename, "exec")
+
+
 # -- what test cells see ---------------------------------------------------------------------------
 
 def trusted_context(source_nb) -> dict:
@@ -588,10 +667,15 @@ def trusted_context(source_nb) -> dict:
 
 def free_names(source: str) -> list[str]:
     """Global names a test cell reads that it does not itself assign at top level."""
+    return list(_free_names(source))
+
+
+@functools.lru_cache(maxsize=512)
+def _free_names(source: str) -> tuple[str, ...]:
     try:
         top = symtable.symtable(source, "<test>", "exec")
     except SyntaxError:
-        return []
+        return ()
     names: set[str] = set()
 
     def walk(table):
@@ -606,7 +690,7 @@ def free_names(source: str) -> list[str]:
 
     walk(top)
     assigned = {s.get_name() for s in top.get_symbols() if s.is_assigned() or s.is_imported()}
-    return sorted(names - assigned)
+    return tuple(sorted(names - assigned))
 
 
 def solution_sources(nb) -> dict[str, str]:
@@ -652,28 +736,20 @@ def suspicious(nb, source_nb=None) -> list[str]:
     """
     from course.forbidden import given_cells
 
-    roots = ("torch", "course", "numpy", "math", "builtins", "sys", "os", "IPython")
     given_sources, experiment_ids = given_cells(source_nb) if source_nb is not None else (set(), set())
-    every, trees, unreadable = [], [], []
+    trees, unreadable = [], []
+    patchable = set(PATCHABLE)
     for i, cell in enumerate(nb.cells):
         if cell.cell_type == "code":
-            try:
-                tree = ast.parse(cell.source)
-            except SyntaxError:
+            read = _import_aliases(cell.source)
+            if read == "syntax":
                 continue
-            except (RecursionError, MemoryError, ValueError):    # Python itself cannot compile it either
+            if read == "unreadable":                              # Python itself cannot compile it either
                 unreadable.append(f"cell {i}: code nested too deeply for the grader to read")
                 continue
-            every.append((i, tree))
+            patchable |= read
             if cell.source not in given_sources and cell.get("id") not in experiment_ids:
-                trees.append((i, tree))
-    patchable = set(PATCHABLE)
-    for _, tree in every:
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Import):
-                patchable |= {(a.asname or a.name).split(".")[0] for a in node.names if a.name.split(".")[0] in roots}
-            elif isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] in roots:
-                patchable |= {a.asname or a.name for a in node.names}
+                trees.append((i, ast.parse(cell.source)))
     found = list(unreadable)
     for i, tree in trees:      # the grading machinery is not the learner's to import or reach
         for node in ast.walk(tree):
@@ -722,6 +798,27 @@ def suspicious(nb, source_nb=None) -> list[str]:
     return list(dict.fromkeys(found))
 
 
+@functools.lru_cache(maxsize=1024)
+def _import_aliases(source: str):
+    """The names a cell's imports bind to torch, the course, numpy, math, builtins, sys, os or IPython
+    (a frozenset), or "syntax" / "unreadable" (nested too deeply for Python's parser). Cached: most
+    cells are the lesson's own, the same in every submission."""
+    roots = ("torch", "course", "numpy", "math", "builtins", "sys", "os", "IPython")
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return "syntax"
+    except (RecursionError, MemoryError, ValueError):
+        return "unreadable"
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names |= {(a.asname or a.name).split(".")[0] for a in node.names if a.name.split(".")[0] in roots}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] in roots:
+            names |= {a.asname or a.name for a in node.names}
+    return frozenset(names)
+
+
 # -- grading one submission -------------------------------------------------------------------------
 
 # What course.forbidden.Guard and Worker.unforbid say when a learner's code went around the check (as opposed
@@ -758,11 +855,13 @@ class _ForbidHook:
         return hook()
 
 
-def _aliases(nb, source) -> list[str]:
+def _aliases(nb, source, memo: dict | None = None) -> list[str]:
     """Forbidden functions of this lesson taken as values in the learner's cells (course.forbidden)."""
     from course import forbidden
 
-    return forbidden.aliases(nb, forbidden.lesson_names(source), source)
+    names = _memo(memo, "lesson_names", lambda: forbidden.lesson_names(source)) if memo is not None else \
+        forbidden.lesson_names(source)
+    return forbidden.aliases(nb, names, source)
 
 
 def _message(exc: BaseException, timeout: int) -> str:
@@ -825,14 +924,14 @@ def grade_submission(spec: dict) -> dict:
     sandbox (bool), limits (dict), notebook_timeout. Returns a plain dict (see course.tools.grading)."""
     t0 = time.perf_counter()
     nb = nbformat.read(spec["notebook"], as_version=4)
-    source = nbformat.read(spec["source"], as_version=4)
+    source, memo = _lesson_notebook(spec["source"])
     timeout = int(spec.get("timeout", 60))
     total_deadline = time.monotonic() + int(spec.get("notebook_timeout", 600))
     limits = sandbox.Limits(**spec.get("limits", {}))
     tests = {c.metadata.nbgrader.grade_id: c for c in source.cells
              if c.cell_type == "code" and c.get("metadata", {}).get("nbgrader", {}).get("grade")}
     experiments = {c.get("id") for c in source.cells if "experiment" in c.get("metadata", {}).get("tags", [])}
-    context = trusted_context(source)
+    context = _memo(memo, "context", lambda: trusted_context(source))
     defined_by_student = solution_sources(nb)
     session = Session(Path(spec["scratch_base"]), use_sandbox=bool(spec.get("sandbox", True)), limits=limits)
     session.files = list(spec.get("files", []))
@@ -950,7 +1049,7 @@ def grade_submission(spec: dict) -> dict:
     cells = _cells(tests, results, nb)
     if session.left_behind > 2000:
         pasted.append(f"left {session.left_behind} files and folders in the sandbox (removed)")
-    found = list(dict.fromkeys(pasted + session.lies + suspicious(nb, source) + tampering + _aliases(nb, source)))
+    found = list(dict.fromkeys(pasted + session.lies + suspicious(nb, source) + tampering + _aliases(nb, source, memo)))
     result = {"cells": cells, "outputs": {str(k): v for k, v in outputs.items()}, "events": events[:50],
               "suspicious": found[:50], "phases": {k: round(v, 3) for k, v in phase.items()}}
     if spec.get("release"):
@@ -958,7 +1057,7 @@ def grade_submission(spec: dict) -> dict:
         from course.tools import grading as G
 
         f0 = time.perf_counter()
-        release = nbformat.read(spec["release"], as_version=4)
+        release, _ = _lesson_notebook(spec["release"])
         try:
             result["autograded"] = nbformat.writes(G._graded_notebook(nb, source, release, result, for_student=False))
             result["feedback_html"] = G.render_feedback(G._graded_notebook(nb, source, release, result, for_student=True),
@@ -1087,7 +1186,7 @@ def run_test(session: Session, cell, context: dict, student_defs: dict, timeout:
             ns[name] = value
             injected.append(name)
         before = {k: ns[k] for k in injected}
-        code = compile(src, filename, "exec")
+        code = _compiled(src, filename)
         with torch.random.fork_rng(devices=[]):
             exec(code, ns)
         passed, message, restart = True, "", None
@@ -1213,5 +1312,140 @@ def main() -> None:
     os._exit(0)
 
 
-if __name__ == "__main__":
+# -- the judges' fork server --------------------------------------------------------------------------
+
+def _warm_up(modules) -> None:
+    """What every judge needs and would otherwise load for its first submission: the lessons' own
+    imports (the test cells' context), the grading module and the feedback page's templates."""
+    import importlib
+
+    for name in modules:
+        try:
+            importlib.import_module(name)
+        except Exception:  # noqa: BLE001 - a judge that needs it reports the failure itself
+            pass
+    try:
+        from course.tools import grading as G
+
+        page = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("# warm"), nbformat.v4.new_code_cell("x = 1")])
+        page.metadata["language_info"] = {"name": "python"}
+        G.render_feedback(page, set())
+    except Exception:  # noqa: BLE001 - an optimisation only
+        pass
+
+
+def serve_forks(ctrl_fd: int) -> None:
+    """Fork judges from one warm process (``course grade`` starts it: ``--forks=FD --slots=N``).
+
+    The grader's judges would each import PyTorch, nbformat, the lessons' modules and the feedback
+    templates (about 3 CPU-seconds each); this process does it once and forks a judge per request. The
+    warm sandboxes were launched before those imports (``_EARLY_MANY``, one host uid each), so they
+    import their own libraries meanwhile; the first judge of each slot adopts one (:class:`_Foster`).
+    Requests on ``ctrl_fd`` (a Unix socket): JSON ``{"op": "fork", "slot": k}`` with two descriptors,
+    the judge's stdin and stdout; the answer is ``{"ev": "forked", "pid": ...}`` with a pidfd of the
+    judge. A judge is a session of its own and dies with this process, which dies with the grader; when
+    a judge ends, the sandbox it adopted is killed. EOF on the socket ends everything."""
+    import json
+    import socket
+
+    _guard_self()
+    torch.set_num_threads(1)
+    _warm_up([m for m in os.environ.pop("COURSE_JUDGE_WARM", "").split(",") if m])
+    ctrl = socket.socket(fileno=ctrl_fd)
+    ahead = list(_EARLY_MANY)                   # sandboxes not yet adopted, one per slot
+    adopted: dict[int, subprocess.Popen] = {}   # judge pid -> the sandbox it adopted
+
+    def reap():
+        while True:
+            try:
+                pid, _ = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            proc = adopted.pop(pid, None)
+            if proc is not None and proc.poll() is None:
+                _terminate(proc)
+
+    while True:
+        ready = select.select([ctrl], [], [], 0.5)[0]
+        reap()
+        if not ready:
+            continue
+        try:
+            data, fds, _, _ = socket.recv_fds(ctrl, 1 << 16, 2)
+            req = json.loads(data) if data else None
+        except (OSError, ValueError):
+            req, fds = None, []
+        if not isinstance(req, dict) or req.get("op") != "fork" or len(fds) != 2:
+            for fd in fds:
+                os.close(fd)
+            if req is None:
+                break                              # the grader is done (or gone)
+            continue
+        slot = int(req.get("slot", 0))
+        early = ahead[slot] if 0 <= slot < len(ahead) else None
+        if early is not None:
+            ahead[slot] = None
+        pidfd = None
+        if early is not None:
+            try:
+                pidfd = os.pidfd_open(early[1][0].pid)
+            except (OSError, AttributeError):      # no pidfds here: the judge starts its own sandbox
+                _terminate(early[1][0])
+                early[1][1].close()
+                early = None
+        pid = os.fork()
+        if pid == 0:
+            try:
+                _become_judge(ctrl, fds, early, pidfd, [a for a in ahead if a is not None])
+            finally:
+                os._exit(0)
+        for fd in fds:
+            os.close(fd)
+        if early is not None:
+            os.close(pidfd)
+            early[1][1].close()                    # the judge holds the sandbox's control socket alone
+            adopted[pid] = early[1][0]
+        try:
+            judge_fd = os.pidfd_open(pid)
+            socket.send_fds(ctrl, [json.dumps({"ev": "forked", "pid": pid, "slot": slot}).encode()], [judge_fd])
+            os.close(judge_fd)
+        except OSError:
+            os.kill(pid, signal.SIGKILL)
+            break
+    for pid, proc in adopted.items():          # judges die with this process (their parent-death signal)
+        _terminate(proc)
+    for early in ahead:
+        if early is not None:
+            _terminate(early[1][0])
+            sandbox.remove_scratch(early[1][2])
+    os._exit(0)
+
+
+def _become_judge(ctrl, fds, early, pidfd, others) -> None:
+    """In a process just forked by :func:`serve_forks`: become an ordinary judge on the two descriptors."""
+    global _EARLY
+    import io
+
+    ctrl.close()
+    for other in others:                         # the other judges' sandboxes are none of this one's business
+        other[1][1].close()
+    os.setsid()
+    os.dup2(fds[0], 0)
+    os.dup2(fds[1], 1)
+    for fd in fds:
+        os.close(fd)
+    sys.stdin = io.TextIOWrapper(io.FileIO(0, "r", closefd=False), encoding="utf-8")
+    sandbox.sandbox_uid.cache_clear()           # a uid of this judge's own for the sandboxes it starts
+    if early is not None:
+        key, (proc, sock, inbox) = early
+        _EARLY = (key, (_Foster(proc.pid, pidfd), sock, inbox))
     main()
+
+
+if __name__ == "__main__":
+    if _FORKS:
+        serve_forks(int(_FORKS[0]))
+    else:
+        main()

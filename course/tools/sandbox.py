@@ -58,17 +58,28 @@ def _uid_in_use(uid: int) -> bool:
     return False
 
 
+_UIDS_GIVEN: set[int] = set()       # uids this process (or the one it was forked from) has handed out
+
+
+def fresh_uid() -> int:
+    """A host uid no live process uses and this process has not handed out: derived from the pid
+    (unique among live processes), checked against /etc/passwd and running processes. The fork server
+    of the judges (:func:`course.tools.judge.serve_forks`) takes one per judge it starts a sandbox for."""
+    for k in range(30):
+        uid = _UID_BASE + os.getpid() + k * _UID_STEP
+        if uid not in _UIDS_GIVEN and not _uid_in_use(uid):
+            _UIDS_GIVEN.add(uid)
+            return uid
+    return UNPRIVILEGED_UID
+
+
 @functools.lru_cache(maxsize=1)
 def sandbox_uid() -> int:
     """The host uid this process's sandboxes run as (when the grader is root): one of its own per judge
-    process, derived from its pid (unique among live processes) and checked unused by /etc/passwd and by
-    running processes, so that RLIMIT_NPROC, counted per host uid, bounds each sandbox alone: a submission
-    holding threads up to its limit cannot starve the sandboxes of other judges or of other graders."""
-    for k in range(30):
-        uid = _UID_BASE + os.getpid() + k * _UID_STEP
-        if not _uid_in_use(uid):
-            return uid
-    return UNPRIVILEGED_UID
+    process (:func:`fresh_uid`), so that RLIMIT_NPROC, counted per host uid, bounds each sandbox alone:
+    a submission holding threads up to its limit cannot starve the sandboxes of other judges or of
+    other graders. A judge forked from a warm parent clears this cache first."""
+    return fresh_uid()
 
 
 @dataclass(frozen=True)
@@ -267,7 +278,8 @@ def _parents(path: str) -> list[str]:
 
 
 def worker_command(scratch: Path | None = None, *, sandbox: bool = True, zygote: bool = False, warm: Sequence[str] = (),
-                   ctrl_fd: int | None = None, inbox: Path | None = None, limits: Limits | None = None) -> list[str]:
+                   ctrl_fd: int | None = None, inbox: Path | None = None, limits: Limits | None = None,
+                   uid: int | None = None) -> list[str]:
     """The command that starts a grading worker (in the sandbox unless ``sandbox`` is False; then it
     runs in ``scratch``, a host folder).
 
@@ -275,7 +287,8 @@ def worker_command(scratch: Path | None = None, *, sandbox: bool = True, zygote:
     submission (see :func:`course.tools.worker._zygote`): the imports are paid once per batch, those
     named in ``warm`` too (the lessons' own imports, e.g. ``transformers``, 5 s each time otherwise).
     It talks to the judge over ``ctrl_fd`` (a socket the caller passes on). ``inbox``, a host folder,
-    is bound read-only at /sandbox/inbox: the lesson's data files reach the sandbox through it."""
+    is bound read-only at /sandbox/inbox: the lesson's data files reach the sandbox through it.
+    ``uid``: the host uid it runs as when the grader is root (default: :func:`sandbox_uid`)."""
     python = sys.executable
     worker = [python, "-I", "-m", "course.tools.worker"] if not sandbox else [python, "-m", "course.tools.worker"]
     limits = limits or Limits()
@@ -333,7 +346,7 @@ def worker_command(scratch: Path | None = None, *, sandbox: bool = True, zygote:
     if root:
         # Drop to an unprivileged user inside: the student's processes run as this judge's own uid on the host too.
         setpriv = shutil.which("setpriv") or "/usr/bin/setpriv"
-        uid = sandbox_uid()
+        uid = sandbox_uid() if uid is None else int(uid)
         cmd += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--", setpriv,
                 f"--reuid={uid}", f"--regid={uid}", "--clear-groups",
                 "--inh-caps=-all", "--bounding-set=-all"]
@@ -342,7 +355,7 @@ def worker_command(scratch: Path | None = None, *, sandbox: bool = True, zygote:
     return cmd + worker
 
 
-def launch_zygote(scratch_base: Path, warm: Sequence[str], limits: Limits):
+def launch_zygote(scratch_base: Path, warm: Sequence[str], limits: Limits, uid: int | None = None):
     """Start a warm sandbox (see :func:`worker_command` with ``zygote``) without waiting for it: returns
     ``(process, control socket, inbox)``. Its PID 1 says "ready" on the control socket once it has
     imported everything; the caller waits for that (:class:`course.tools.judge._Zygote`)."""
@@ -354,7 +367,7 @@ def launch_zygote(scratch_base: Path, warm: Sequence[str], limits: Limits):
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     try:
         cmd = worker_command(sandbox=True, zygote=True, warm=warm, ctrl_fd=theirs.fileno(), inbox=inbox,
-                             limits=limits)
+                             limits=limits, uid=uid)
         proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                 pass_fds=[theirs.fileno()], start_new_session=True, preexec_fn=limits.apply)
     except BaseException:
@@ -369,22 +382,29 @@ def launch_zygote(scratch_base: Path, warm: Sequence[str], limits: Limits):
 PRESTART_ENV = "COURSE_JUDGE_PRESTART"      # set by the grader: the warm sandbox a new judge starts first
 
 
-def prestart_from_env():
+def prestart_from_env(uids: Sequence[int] | None = None):
     """In a judge process that is just starting: launch the warm sandbox the grader described in
     ``$COURSE_JUDGE_PRESTART`` (JSON: scratch_base, warm, limits), so that the sandbox imports its
     libraries while the judge imports its own. Returns ``(key, (process, socket, inbox))`` or None; the
-    judge adopts it for its first submission if that submission asks for the same sandbox (the key)."""
+    judge adopts it for its first submission if that submission asks for the same sandbox (the key).
+    With ``uids`` (the judges' fork server): one sandbox per uid, as a list of those pairs."""
     import json
 
     raw = os.environ.pop(PRESTART_ENV, None)
     if not raw:
-        return None
+        return None if uids is None else []
+    launched = []
     try:
         want = json.loads(raw)
-        key = prestart_key(want["scratch_base"], want.get("warm", []), Limits(**want.get("limits", {})))
-        return key, launch_zygote(Path(want["scratch_base"]), list(want.get("warm", [])), Limits(**want.get("limits", {})))
+        limits = Limits(**want.get("limits", {}))
+        key = prestart_key(want["scratch_base"], want.get("warm", []), limits)
+        for uid in ([None] if uids is None else uids):
+            launched.append((key, launch_zygote(Path(want["scratch_base"]), list(want.get("warm", [])), limits, uid=uid)))
     except Exception:  # noqa: BLE001 - an optimisation: the first submission starts its sandbox as usual
-        return None
+        pass
+    if uids is None:
+        return launched[0] if launched else None
+    return launched
 
 
 def prestart_key(scratch_base, warm, limits: Limits) -> tuple:
