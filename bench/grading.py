@@ -9,7 +9,8 @@ submission, skips the experiment cells, decides verdicts in its judge and runs -
 
 Three ways to run `course grade`, each timed as whole commands in fresh --out folders, for a batch of
 2 and a batch of N: local judges (``--jobs``), 2 shards side by side (``--jobs`` split between them)
-plus their merge, and ``--executor dask`` on an embedded cluster of ``--jobs`` workers. The
+plus their merge, ``--executor dask`` on an embedded cluster of ``--jobs`` workers, and ``--executor dask
+--scheduler`` on a standing cluster of ``--jobs`` workers that has graded one batch before. The
 per-submission cost is the slope between the two batches, the per-batch cost what is left
 (``--n`` at least 4). The assignment cache (``COURSE_GRADE_CACHE``, a temporary folder here) is
 filled once before the timings, as after a lesson's first batch; that first generation is reported
@@ -122,15 +123,28 @@ def main() -> None:
     t_generate = prime_cache(args.lesson, tmp / "prime")
     modes = [(f"course grade --jobs {jobs}", lambda batch, out: timed_grade(batch, out, jobs)),
              (f"2 shards side by side + merge", lambda batch, out: sharded(batch, out, jobs))]
+    standing = None
     if not args.no_dask:
         modes.append((f"course grade --executor dask ({jobs} workers)",
                       lambda batch, out: timed_grade(batch, out, jobs, "--executor", "dask")))
+        # A cluster that outlives the command (dask-ssh, Slurm, Kubernetes): its workers' judges are warm
+        # after the first batch. Started here, warmed by one batch of 2, then timed like the others.
+        from distributed import LocalCluster
+
+        standing = LocalCluster(n_workers=jobs, threads_per_worker=1, processes=True, host="127.0.0.1",
+                                dashboard_address=None, memory_limit=0)
+        address = standing.scheduler_address
+        timed_grade(small, tmp / "standing-warm-up", jobs, "--executor", "dask", "--scheduler", address)
+        modes.append(("  same, standing cluster, judges warm",
+                      lambda batch, out: timed_grade(batch, out, jobs, "--executor", "dask", "--scheduler", address)))
     rows = []
     for i, (label, run) in enumerate(modes):
         t2, _ = run(small, tmp / f"m{i}-2")
         tn, startup = run(subs, tmp / f"m{i}-n")
         per = (tn - t2) / (n - 2)
         rows.append((label, tn, per, t2 - 2 * per, startup))
+    if standing is not None:
+        standing.close()
     load = os.getloadavg() if hasattr(os, "getloadavg") else (float("nan"),) * 3
     kind = "identical copies" if args.identical else "distinct submissions"
     print(f"{args.lesson}, {n} {kind}, {os.cpu_count()} CPU cores, load average {load[0]:.1f} {load[1]:.1f} "

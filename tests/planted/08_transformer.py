@@ -7,449 +7,6 @@ solution in another style, which must keep full marks.
 
 LESSON = "08_transformer"
 
-DECODER_SELF_ATTENTION_NOT_CAUSAL__DECODERBLOCK = '''
-class DecoderBlock(nn.Module):
-
-    def __init__(self, d_model, n_heads, d_ff, dropout=0.0, norm_first=False):
-        super().__init__()
-        self.norm_first = norm_first
-        self.self_attn = nn.MultiheadAttention(d_model, n_heads, dropout=dropout, batch_first=True)
-        self.cross_attn = nn.MultiheadAttention(d_model, n_heads, dropout=dropout, batch_first=True)
-        self.linear1 = nn.Linear(d_model, d_ff)
-        self.linear2 = nn.Linear(d_ff, d_model)
-        self.dropout = nn.Dropout(dropout)                     # inside the feed-forward network
-        self.norm1 = nn.LayerNorm(d_model)
-        self.norm2 = nn.LayerNorm(d_model)
-        self.norm3 = nn.LayerNorm(d_model)
-        self.dropout1 = nn.Dropout(dropout)
-        self.dropout2 = nn.Dropout(dropout)
-        self.dropout3 = nn.Dropout(dropout)
-
-    def forward(self, x, memory, tgt_mask=None, memory_mask=None):
-        B, T, D = x.shape
-        S = memory.shape[1]
-        H = self.self_attn.num_heads
-
-        def torch_mask(mask, T_k):                             # ours (True = allowed) -> PyTorch's attn_mask
-            mask = masks.attention_mask(mask, B=B, H=H, T_q=T, T_k=T_k)     # None or 4-D; 3-D raises
-            return None if mask is None else to_torch_attn_mask(mask, batch_size=B, n_heads=H, tgt_len=T, src_len=T_k)
-
-        self_mask, cross_mask = torch_mask(tgt_mask, T), torch_mask(memory_mask, S)
-
-        def self_block(h):                                     # Q, K, V all from the target side
-            return self.dropout1(self.self_attn(h, h, h, need_weights=False)[0])
-
-        def cross_block(h):                                    # Q from the target side, K and V from the memory
-            return self.dropout2(self.cross_attn(h, memory, memory, attn_mask=cross_mask, need_weights=False)[0])
-
-        def ff_block(h):
-            return self.dropout3(self.linear2(self.dropout(F.relu(self.linear1(h)))))
-
-        if self.norm_first:                                    # pre-norm: x + f(LN(x))
-            x = x + self_block(self.norm1(x))
-            x = x + cross_block(self.norm2(x))
-            x = x + ff_block(self.norm3(x))
-        else:                                                  # post-norm: LN(x + f(x))
-            x = self.norm1(x + self_block(x))
-            x = self.norm2(x + cross_block(x))
-            x = self.norm3(x + ff_block(x))
-        return x
-'''
-
-CROSS_ATTENTION_Q_AND_KV_SWAPPED__DECODERBLOCK = '''
-class DecoderBlock(nn.Module):
-
-    def __init__(self, d_model, n_heads, d_ff, dropout=0.0, norm_first=False):
-        super().__init__()
-        self.norm_first = norm_first
-        self.self_attn = nn.MultiheadAttention(d_model, n_heads, dropout=dropout, batch_first=True)
-        self.cross_attn = nn.MultiheadAttention(d_model, n_heads, dropout=dropout, batch_first=True)
-        self.linear1 = nn.Linear(d_model, d_ff)
-        self.linear2 = nn.Linear(d_ff, d_model)
-        self.dropout = nn.Dropout(dropout)                     # inside the feed-forward network
-        self.norm1 = nn.LayerNorm(d_model)
-        self.norm2 = nn.LayerNorm(d_model)
-        self.norm3 = nn.LayerNorm(d_model)
-        self.dropout1 = nn.Dropout(dropout)
-        self.dropout2 = nn.Dropout(dropout)
-        self.dropout3 = nn.Dropout(dropout)
-
-    def forward(self, x, memory, tgt_mask=None, memory_mask=None):
-        B, T, D = x.shape
-        S = memory.shape[1]
-        H = self.self_attn.num_heads
-
-        def torch_mask(mask, T_k):                             # ours (True = allowed) -> PyTorch's attn_mask
-            mask = masks.attention_mask(mask, B=B, H=H, T_q=T, T_k=T_k)     # None or 4-D; 3-D raises
-            return None if mask is None else to_torch_attn_mask(mask, batch_size=B, n_heads=H, tgt_len=T, src_len=T_k)
-
-        self_mask, cross_mask = torch_mask(tgt_mask, T), torch_mask(memory_mask, S)
-
-        def self_block(h):                                     # Q, K, V all from the target side
-            return self.dropout1(self.self_attn(h, h, h, attn_mask=self_mask, need_weights=False)[0])
-
-        def cross_block(h):                                    # Q from the target side, K and V from the memory
-            return self.dropout2(self.cross_attn(memory, h, h, attn_mask=cross_mask, need_weights=False)[0])
-
-        def ff_block(h):
-            return self.dropout3(self.linear2(self.dropout(F.relu(self.linear1(h)))))
-
-        if self.norm_first:                                    # pre-norm: x + f(LN(x))
-            x = x + self_block(self.norm1(x))
-            x = x + cross_block(self.norm2(x))
-            x = x + ff_block(self.norm3(x))
-        else:                                                  # post-norm: LN(x + f(x))
-            x = self.norm1(x + self_block(x))
-            x = self.norm2(x + cross_block(x))
-            x = self.norm3(x + ff_block(x))
-        return x
-'''
-
-CROSS_ATTENTION_IGNORES_SOURCE_PADDING__DECODERBLOCK = '''
-class DecoderBlock(nn.Module):
-
-    def __init__(self, d_model, n_heads, d_ff, dropout=0.0, norm_first=False):
-        super().__init__()
-        self.norm_first = norm_first
-        self.self_attn = nn.MultiheadAttention(d_model, n_heads, dropout=dropout, batch_first=True)
-        self.cross_attn = nn.MultiheadAttention(d_model, n_heads, dropout=dropout, batch_first=True)
-        self.linear1 = nn.Linear(d_model, d_ff)
-        self.linear2 = nn.Linear(d_ff, d_model)
-        self.dropout = nn.Dropout(dropout)                     # inside the feed-forward network
-        self.norm1 = nn.LayerNorm(d_model)
-        self.norm2 = nn.LayerNorm(d_model)
-        self.norm3 = nn.LayerNorm(d_model)
-        self.dropout1 = nn.Dropout(dropout)
-        self.dropout2 = nn.Dropout(dropout)
-        self.dropout3 = nn.Dropout(dropout)
-
-    def forward(self, x, memory, tgt_mask=None, memory_mask=None):
-        B, T, D = x.shape
-        S = memory.shape[1]
-        H = self.self_attn.num_heads
-
-        def torch_mask(mask, T_k):                             # ours (True = allowed) -> PyTorch's attn_mask
-            mask = masks.attention_mask(mask, B=B, H=H, T_q=T, T_k=T_k)     # None or 4-D; 3-D raises
-            return None if mask is None else to_torch_attn_mask(mask, batch_size=B, n_heads=H, tgt_len=T, src_len=T_k)
-
-        self_mask, cross_mask = torch_mask(tgt_mask, T), torch_mask(memory_mask, S)
-
-        def self_block(h):                                     # Q, K, V all from the target side
-            return self.dropout1(self.self_attn(h, h, h, attn_mask=self_mask, need_weights=False)[0])
-
-        def cross_block(h):                                    # Q from the target side, K and V from the memory
-            return self.dropout2(self.cross_attn(h, memory, memory, need_weights=False)[0])
-
-        def ff_block(h):
-            return self.dropout3(self.linear2(self.dropout(F.relu(self.linear1(h)))))
-
-        if self.norm_first:                                    # pre-norm: x + f(LN(x))
-            x = x + self_block(self.norm1(x))
-            x = x + cross_block(self.norm2(x))
-            x = x + ff_block(self.norm3(x))
-        else:                                                  # post-norm: LN(x + f(x))
-            x = self.norm1(x + self_block(x))
-            x = self.norm2(x + cross_block(x))
-            x = self.norm3(x + ff_block(x))
-        return x
-'''
-
-DECODER_NORMS_IN_WRONG_ORDER__DECODERBLOCK = '''
-class DecoderBlock(nn.Module):
-
-    def __init__(self, d_model, n_heads, d_ff, dropout=0.0, norm_first=False):
-        super().__init__()
-        self.norm_first = norm_first
-        self.self_attn = nn.MultiheadAttention(d_model, n_heads, dropout=dropout, batch_first=True)
-        self.cross_attn = nn.MultiheadAttention(d_model, n_heads, dropout=dropout, batch_first=True)
-        self.linear1 = nn.Linear(d_model, d_ff)
-        self.linear2 = nn.Linear(d_ff, d_model)
-        self.dropout = nn.Dropout(dropout)                     # inside the feed-forward network
-        self.norm1 = nn.LayerNorm(d_model)
-        self.norm2 = nn.LayerNorm(d_model)
-        self.norm3 = nn.LayerNorm(d_model)
-        self.dropout1 = nn.Dropout(dropout)
-        self.dropout2 = nn.Dropout(dropout)
-        self.dropout3 = nn.Dropout(dropout)
-
-    def forward(self, x, memory, tgt_mask=None, memory_mask=None):
-        B, T, D = x.shape
-        S = memory.shape[1]
-        H = self.self_attn.num_heads
-
-        def torch_mask(mask, T_k):                             # ours (True = allowed) -> PyTorch's attn_mask
-            mask = masks.attention_mask(mask, B=B, H=H, T_q=T, T_k=T_k)     # None or 4-D; 3-D raises
-            return None if mask is None else to_torch_attn_mask(mask, batch_size=B, n_heads=H, tgt_len=T, src_len=T_k)
-
-        self_mask, cross_mask = torch_mask(tgt_mask, T), torch_mask(memory_mask, S)
-
-        def self_block(h):                                     # Q, K, V all from the target side
-            return self.dropout1(self.self_attn(h, h, h, attn_mask=self_mask, need_weights=False)[0])
-
-        def cross_block(h):                                    # Q from the target side, K and V from the memory
-            return self.dropout2(self.cross_attn(h, memory, memory, attn_mask=cross_mask, need_weights=False)[0])
-
-        def ff_block(h):
-            return self.dropout3(self.linear2(self.dropout(F.relu(self.linear1(h)))))
-
-        if self.norm_first:                                    # pre-norm: x + f(LN(x))
-            x = x + self_block(self.norm1(x))
-            x = x + cross_block(self.norm2(x))
-            x = x + ff_block(self.norm3(x))
-        else:                                                  # post-norm: LN(x + f(x))
-            x = self.norm1(x + self_block(x))
-            x = self.norm3(x + cross_block(x))
-            x = self.norm2(x + ff_block(x))
-        return x
-'''
-
-TRANSFORMER_WITHOUT_CAUSAL_MASK__TRANSFORMER = '''
-class Transformer(nn.Module):
-
-    def __init__(self, src_vocab, tgt_vocab, d_model=64, n_heads=4, d_ff=256, n_layers=2, dropout=0.0,
-                 norm_first=False, max_len=256, pad_id=0):
-        super().__init__()
-        self.d_model, self.pad_id, self.norm_first = d_model, pad_id, norm_first
-        self.src_embed = nn.Embedding(src_vocab, d_model)
-        self.tgt_embed = nn.Embedding(tgt_vocab, d_model)
-        for embed in (self.src_embed, self.tgt_embed):        # std D^-1/2: times sqrt(D) gives entries of size ~1
-            nn.init.normal_(embed.weight, std=d_model ** -0.5)
-        pos = torch.arange(max_len, dtype=torch.float64).unsqueeze(1)                       # (P, 1)
-        freqs = 10000.0 ** (-torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)   # (D/2,)
-        pe = torch.zeros(max_len, d_model, dtype=torch.float64)
-        pe[:, 0::2], pe[:, 1::2] = torch.sin(pos * freqs), torch.cos(pos * freqs)
-        self.register_buffer("pe", pe.float())                                             # (P, D)
-        self.dropout = nn.Dropout(dropout)
-        self.encoder_layers = nn.ModuleList([
-            nn.TransformerEncoderLayer(d_model, n_heads, d_ff, dropout, batch_first=True, norm_first=norm_first)
-            for _ in range(n_layers)])
-        self.decoder_layers = nn.ModuleList([DecoderBlock(d_model, n_heads, d_ff, dropout, norm_first=norm_first)
-                                             for _ in range(n_layers)])
-        self.encoder_norm = nn.LayerNorm(d_model) if norm_first else None
-        self.decoder_norm = nn.LayerNorm(d_model) if norm_first else None
-        self.generator = nn.Linear(d_model, tgt_vocab)
-
-    def encode(self, src, src_mask=None):
-        B, S = src.shape
-        x = self.dropout(self.src_embed(src) * math.sqrt(self.d_model) + self.pe[:S])      # (B, S, D)
-        padding = None if src_mask is None else masks.to_torch_key_padding(src_mask)       # True on PADDING
-        for layer in self.encoder_layers:
-            x = layer(x, src_key_padding_mask=padding)
-        return x if self.encoder_norm is None else self.encoder_norm(x)
-
-    def decode(self, tgt, memory, src_mask=None):
-        B, T = tgt.shape
-        y = self.dropout(self.tgt_embed(tgt) * math.sqrt(self.d_model) + self.pe[:T])      # (B, T, D)
-        causal = masks.causal(T, device=tgt.device)                                        # (T, T)
-        memory_mask = None if src_mask is None else masks.key_padding(src_mask)            # (B, 1, 1, S)
-        for layer in self.decoder_layers:
-            y = layer(y, memory, memory_mask=memory_mask)
-        if self.decoder_norm is not None:
-            y = self.decoder_norm(y)
-        return self.generator(y)                                                           # (B, T, V)
-
-    def forward(self, src, tgt, src_mask=None):
-        return self.decode(tgt, self.encode(src, src_mask), src_mask)
-'''
-
-TRANSFORMER_DECODER_IGNORES_SOURCE_PADDING__TRANSFORMER = '''
-class Transformer(nn.Module):
-
-    def __init__(self, src_vocab, tgt_vocab, d_model=64, n_heads=4, d_ff=256, n_layers=2, dropout=0.0,
-                 norm_first=False, max_len=256, pad_id=0):
-        super().__init__()
-        self.d_model, self.pad_id, self.norm_first = d_model, pad_id, norm_first
-        self.src_embed = nn.Embedding(src_vocab, d_model)
-        self.tgt_embed = nn.Embedding(tgt_vocab, d_model)
-        for embed in (self.src_embed, self.tgt_embed):        # std D^-1/2: times sqrt(D) gives entries of size ~1
-            nn.init.normal_(embed.weight, std=d_model ** -0.5)
-        pos = torch.arange(max_len, dtype=torch.float64).unsqueeze(1)                       # (P, 1)
-        freqs = 10000.0 ** (-torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)   # (D/2,)
-        pe = torch.zeros(max_len, d_model, dtype=torch.float64)
-        pe[:, 0::2], pe[:, 1::2] = torch.sin(pos * freqs), torch.cos(pos * freqs)
-        self.register_buffer("pe", pe.float())                                             # (P, D)
-        self.dropout = nn.Dropout(dropout)
-        self.encoder_layers = nn.ModuleList([
-            nn.TransformerEncoderLayer(d_model, n_heads, d_ff, dropout, batch_first=True, norm_first=norm_first)
-            for _ in range(n_layers)])
-        self.decoder_layers = nn.ModuleList([DecoderBlock(d_model, n_heads, d_ff, dropout, norm_first=norm_first)
-                                             for _ in range(n_layers)])
-        self.encoder_norm = nn.LayerNorm(d_model) if norm_first else None
-        self.decoder_norm = nn.LayerNorm(d_model) if norm_first else None
-        self.generator = nn.Linear(d_model, tgt_vocab)
-
-    def encode(self, src, src_mask=None):
-        B, S = src.shape
-        x = self.dropout(self.src_embed(src) * math.sqrt(self.d_model) + self.pe[:S])      # (B, S, D)
-        padding = None if src_mask is None else masks.to_torch_key_padding(src_mask)       # True on PADDING
-        for layer in self.encoder_layers:
-            x = layer(x, src_key_padding_mask=padding)
-        return x if self.encoder_norm is None else self.encoder_norm(x)
-
-    def decode(self, tgt, memory, src_mask=None):
-        B, T = tgt.shape
-        y = self.dropout(self.tgt_embed(tgt) * math.sqrt(self.d_model) + self.pe[:T])      # (B, T, D)
-        causal = masks.causal(T, device=tgt.device)                                        # (T, T)
-        memory_mask = None if src_mask is None else masks.key_padding(src_mask)            # (B, 1, 1, S)
-        for layer in self.decoder_layers:
-            y = layer(y, memory, tgt_mask=causal)
-        if self.decoder_norm is not None:
-            y = self.decoder_norm(y)
-        return self.generator(y)                                                           # (B, T, V)
-
-    def forward(self, src, tgt, src_mask=None):
-        return self.decode(tgt, self.encode(src, src_mask), src_mask)
-'''
-
-TRANSFORMER_EMBEDDINGS_NOT_SCALED__TRANSFORMER = '''
-class Transformer(nn.Module):
-
-    def __init__(self, src_vocab, tgt_vocab, d_model=64, n_heads=4, d_ff=256, n_layers=2, dropout=0.0,
-                 norm_first=False, max_len=256, pad_id=0):
-        super().__init__()
-        self.d_model, self.pad_id, self.norm_first = d_model, pad_id, norm_first
-        self.src_embed = nn.Embedding(src_vocab, d_model)
-        self.tgt_embed = nn.Embedding(tgt_vocab, d_model)
-        for embed in (self.src_embed, self.tgt_embed):        # std D^-1/2: times sqrt(D) gives entries of size ~1
-            nn.init.normal_(embed.weight, std=d_model ** -0.5)
-        pos = torch.arange(max_len, dtype=torch.float64).unsqueeze(1)                       # (P, 1)
-        freqs = 10000.0 ** (-torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)   # (D/2,)
-        pe = torch.zeros(max_len, d_model, dtype=torch.float64)
-        pe[:, 0::2], pe[:, 1::2] = torch.sin(pos * freqs), torch.cos(pos * freqs)
-        self.register_buffer("pe", pe.float())                                             # (P, D)
-        self.dropout = nn.Dropout(dropout)
-        self.encoder_layers = nn.ModuleList([
-            nn.TransformerEncoderLayer(d_model, n_heads, d_ff, dropout, batch_first=True, norm_first=norm_first)
-            for _ in range(n_layers)])
-        self.decoder_layers = nn.ModuleList([DecoderBlock(d_model, n_heads, d_ff, dropout, norm_first=norm_first)
-                                             for _ in range(n_layers)])
-        self.encoder_norm = nn.LayerNorm(d_model) if norm_first else None
-        self.decoder_norm = nn.LayerNorm(d_model) if norm_first else None
-        self.generator = nn.Linear(d_model, tgt_vocab)
-
-    def encode(self, src, src_mask=None):
-        B, S = src.shape
-        x = self.dropout(self.src_embed(src) + self.pe[:S])      # (B, S, D)
-        padding = None if src_mask is None else masks.to_torch_key_padding(src_mask)       # True on PADDING
-        for layer in self.encoder_layers:
-            x = layer(x, src_key_padding_mask=padding)
-        return x if self.encoder_norm is None else self.encoder_norm(x)
-
-    def decode(self, tgt, memory, src_mask=None):
-        B, T = tgt.shape
-        y = self.dropout(self.tgt_embed(tgt) + self.pe[:T])      # (B, T, D)
-        causal = masks.causal(T, device=tgt.device)                                        # (T, T)
-        memory_mask = None if src_mask is None else masks.key_padding(src_mask)            # (B, 1, 1, S)
-        for layer in self.decoder_layers:
-            y = layer(y, memory, tgt_mask=causal, memory_mask=memory_mask)
-        if self.decoder_norm is not None:
-            y = self.decoder_norm(y)
-        return self.generator(y)                                                           # (B, T, V)
-
-    def forward(self, src, tgt, src_mask=None):
-        return self.decode(tgt, self.encode(src, src_mask), src_mask)
-'''
-
-LOSS_TARGETS_NOT_SHIFTED__TRANSLATION_LOSS = '''
-def translation_loss(model, src, tgt, pad_id=0):
-    src_mask = src != pad_id                                              # (B, S) True on real tokens
-    logits = model(src, tgt[:, :-1], src_mask)                            # (B, T, V): reads <bos> y_1 .. y_n
-    targets = tgt[:, :-1]                                                  # (B, T): must predict y_1 .. <eos>
-    return F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=pad_id)
-'''
-
-LOSS_COUNTS_PADDING__TRANSLATION_LOSS = '''
-def translation_loss(model, src, tgt, pad_id=0):
-    src_mask = src != pad_id                                              # (B, S) True on real tokens
-    logits = model(src, tgt[:, :-1], src_mask)                            # (B, T, V): reads <bos> y_1 .. y_n
-    targets = tgt[:, 1:]                                                  # (B, T): must predict y_1 .. <eos>
-    return F.cross_entropy(logits.flatten(0, 1), targets.flatten())
-'''
-
-GREEDY_IGNORES_SOURCE_PADDING__GREEDY_DECODE = '''
-@torch.no_grad()
-def greedy_decode(model, src, max_len, bos_id, eos_id):
-    src_mask = src != model.pad_id                                           # (B, S) True on real tokens
-    memory = model.encode(src)                                     # (B, S, D): encode once
-    B = src.shape[0]
-    ys = torch.full((B, 1), bos_id, dtype=torch.long, device=src.device)     # (B, 1): <bos>
-    done = torch.zeros(B, dtype=torch.bool, device=src.device)
-    for _ in range(max_len):
-        logits = model.decode(ys, memory)[:, -1]                   # (B, V): the last position
-        nxt = logits.argmax(dim=-1)                                          # (B,)
-        nxt = torch.where(done, torch.full_like(nxt, model.pad_id), nxt)     # finished rows get padding
-        ys = torch.cat([ys, nxt[:, None]], dim=1)                            # (B, t + 1)
-        done = done | (nxt == eos_id)
-        if bool(done.all()):
-            break
-    return ys[:, 1:]
-'''
-
-BEAM_DOES_NOT_FINISH_AT_EOS__BEAM_SEARCH = '''
-@torch.no_grad()
-def beam_search(model, src, beam_size, max_len, bos_id, eos_id, length_penalty=0.6):
-    src = src.reshape(1, -1)                                                  # (1, S)
-    src_mask = src != model.pad_id
-    memory = model.encode(src, src_mask)                                      # (1, S, D)
-    lp = lambda n: ((5 + n) / 6) ** length_penalty
-    live = torch.full((1, 1), bos_id, dtype=torch.long, device=src.device)   # (k_live, t + 1): prefixes with <bos>
-    live_logp = torch.zeros(1, device=src.device)                             # (k_live,): log P of each prefix
-    finished = []                                                             # (tokens, score)
-    for step in range(1, max_len + 1):
-        n = live.shape[0]
-        logits = model.decode(live, memory.expand(n, -1, -1), src_mask.expand(n, -1))[:, -1]   # (n, V)
-        cand = (live_logp[:, None] + F.log_softmax(logits.float(), dim=-1)).flatten()         # (n * V,)
-        top, idx = cand.topk(min(len(cand), beam_size - len(finished)))      # the best extensions
-        V = logits.shape[-1]
-        prefix, token = idx // V, idx % V
-        keep = []
-        for logp, p, tok in zip(top.tolist(), prefix.tolist(), token.tolist()):
-            tokens = live[p, 1:].tolist() + [tok]
-            if step == max_len:                             # finished: leaves the beam
-                finished.append((tokens, logp / lp(len(tokens))))
-            else:
-                keep.append((p, tok, logp))
-        if not keep or len(finished) >= beam_size:
-            break
-        rows = torch.tensor([p for p, _, _ in keep], device=src.device)
-        toks = torch.tensor([[t] for _, t, _ in keep], device=src.device)
-        live = torch.cat([live[rows], toks], dim=1)                          # (k_live, t + 2)
-        live_logp = torch.tensor([l for _, _, l in keep], device=src.device)
-    return sorted(finished, key=lambda h: -h[1])[:beam_size]
-'''
-
-BEAM_LENGTH_PENALTY_MULTIPLIES__BEAM_SEARCH = '''
-@torch.no_grad()
-def beam_search(model, src, beam_size, max_len, bos_id, eos_id, length_penalty=0.6):
-    src = src.reshape(1, -1)                                                  # (1, S)
-    src_mask = src != model.pad_id
-    memory = model.encode(src, src_mask)                                      # (1, S, D)
-    lp = lambda n: ((5 + n) / 6) ** length_penalty
-    live = torch.full((1, 1), bos_id, dtype=torch.long, device=src.device)   # (k_live, t + 1): prefixes with <bos>
-    live_logp = torch.zeros(1, device=src.device)                             # (k_live,): log P of each prefix
-    finished = []                                                             # (tokens, score)
-    for step in range(1, max_len + 1):
-        n = live.shape[0]
-        logits = model.decode(live, memory.expand(n, -1, -1), src_mask.expand(n, -1))[:, -1]   # (n, V)
-        cand = (live_logp[:, None] + F.log_softmax(logits.float(), dim=-1)).flatten()         # (n * V,)
-        top, idx = cand.topk(min(len(cand), beam_size - len(finished)))      # the best extensions
-        V = logits.shape[-1]
-        prefix, token = idx // V, idx % V
-        keep = []
-        for logp, p, tok in zip(top.tolist(), prefix.tolist(), token.tolist()):
-            tokens = live[p, 1:].tolist() + [tok]
-            if tok == eos_id or step == max_len:                             # finished: leaves the beam
-                finished.append((tokens, logp * lp(len(tokens))))
-            else:
-                keep.append((p, tok, logp))
-        if not keep or len(finished) >= beam_size:
-            break
-        rows = torch.tensor([p for p, _, _ in keep], device=src.device)
-        toks = torch.tensor([[t] for _, t, _ in keep], device=src.device)
-        live = torch.cat([live[rows], toks], dim=1)                          # (k_live, t + 2)
-        live_logp = torch.tensor([l for _, _, l in keep], device=src.device)
-    return sorted(finished, key=lambda h: -h[1])[:beam_size]
-'''
 
 AVERAGE_ONLY_WEIGHTS__AVERAGE_CHECKPOINTS = '''
 def average_checkpoints(state_dicts):
@@ -460,16 +17,6 @@ def average_checkpoints(state_dicts):
     return out
 '''
 
-AVERAGE_SUMS__AVERAGE_CHECKPOINTS = '''
-def average_checkpoints(state_dicts):
-    out = {}
-    for key, last in state_dicts[-1].items():
-        if torch.is_floating_point(last):
-            out[key] = torch.stack([sd[key] for sd in state_dicts]).sum(dim=0)     # the sum, not the mean
-        else:
-            out[key] = last.clone()
-    return out
-'''
 
 DECODER_HAND_WRITTEN_ATTENTION_STYLE__DECODERBLOCK = '''
 class HeadsAttention(nn.Module):
@@ -656,85 +203,6 @@ def average_checkpoints(state_dicts):
     return {k: v.clone() for k, v in out.items()}
 '''
 
-DECODER_DROPOUT_BEFORE_NORM__DECODERBLOCK = '''
-class DecoderBlock(nn.Module):
-    """One Transformer decoder block: masked self-attention, cross-attention over the encoder's memory and a
-    feed-forward network, each with a residual connection and a LayerNorm; equal to
-    ``nn.TransformerDecoderLayer(batch_first=True)``.
-
-    Args:
-        d_model: D.
-        n_heads: H, the number of attention heads (divides D).
-        d_ff: the feed-forward network's hidden width.
-        dropout: dropout on the attention weights, inside the feed-forward network, and on each
-            sublayer's output before it is added to the residual (training mode only).
-        norm_first: False for post-norm, LN(x + f(x)) (the paper); True for pre-norm, x + f(LN(x)).
-
-    Attributes:
-        self_attn: ``nn.MultiheadAttention(d_model, n_heads, dropout=dropout, batch_first=True)``:
-            queries, keys and values from the target side ``x``.
-        cross_attn: the same kind of module: queries from the target side, keys and values from ``memory``.
-        linear1, linear2: the feed-forward network, ``nn.Linear(D, d_ff)`` and ``nn.Linear(d_ff, D)``
-            (ReLU between them, dropout after the ReLU).
-        norm1, norm2, norm3: ``nn.LayerNorm(D)`` with the self-attention, the cross-attention and the
-            feed-forward network.
-        dropout1, dropout2, dropout3: ``nn.Dropout(dropout)`` on each sublayer's output.
-        norm_first: the layout (bool).
-
-    Shapes:
-        x (B, T, D), memory (B, S, D) -> (B, T, D). Masks are bool, True = may attend:
-        ``tgt_mask`` for the self-attention, (T, T) (causal), (B, 1, 1, T), (B, 1, T, T) or (B, H, T, T);
-        ``memory_mask`` for the cross-attention, (T, S), (B, 1, 1, S) (source padding), (B, 1, T, S) or
-        (B, H, T, S). A 3-D mask is ambiguous and raises ValueError.
-    """
-
-    def __init__(self, d_model, n_heads, d_ff, dropout=0.0, norm_first=False):
-        super().__init__()
-        self.norm_first = norm_first
-        self.self_attn = nn.MultiheadAttention(d_model, n_heads, dropout=dropout, batch_first=True)
-        self.cross_attn = nn.MultiheadAttention(d_model, n_heads, dropout=dropout, batch_first=True)
-        self.linear1 = nn.Linear(d_model, d_ff)
-        self.linear2 = nn.Linear(d_ff, d_model)
-        self.dropout = nn.Dropout(dropout)                     # inside the feed-forward network
-        self.norm1 = nn.LayerNorm(d_model)
-        self.norm2 = nn.LayerNorm(d_model)
-        self.norm3 = nn.LayerNorm(d_model)
-        self.dropout1 = nn.Dropout(dropout)
-        self.dropout2 = nn.Dropout(dropout)
-        self.dropout3 = nn.Dropout(dropout)
-
-    def forward(self, x, memory, tgt_mask=None, memory_mask=None):
-        B, T, D = x.shape
-        S = memory.shape[1]
-        H = self.self_attn.num_heads
-
-        def torch_mask(mask, T_k):                             # ours (True = allowed) -> PyTorch's attn_mask
-            mask = masks.attention_mask(mask, B=B, H=H, T_q=T, T_k=T_k)     # None or 4-D; 3-D raises
-            return None if mask is None else to_torch_attn_mask(mask, batch_size=B, n_heads=H, tgt_len=T, src_len=T_k)
-
-        self_mask, cross_mask = torch_mask(tgt_mask, T), torch_mask(memory_mask, S)
-
-        def self_block(h):                                     # Q, K, V all from the target side
-            return self.dropout1(self.self_attn(h, h, h, attn_mask=self_mask, need_weights=False)[0])
-
-        def cross_block(h):                                    # Q from the target side, K and V from the memory
-            return self.dropout2(self.cross_attn(h, memory, memory, attn_mask=cross_mask, need_weights=False)[0])
-
-        def ff_block(h):
-            return self.dropout3(self.linear2(self.dropout(F.relu(self.linear1(h)))))
-
-        if self.norm_first:                                    # pre-norm: x + f(LN(x))
-            h = self.norm1(self.dropout1(x))                   # dropout before the norm, on the input
-            x = x + self.self_attn(h, h, h, attn_mask=self_mask, need_weights=False)[0]
-            x = x + cross_block(self.norm2(x))
-            x = x + ff_block(self.norm3(x))
-        else:                                                  # post-norm: LN(x + f(x))
-            x = self.norm1(self.dropout1(x + self.self_attn(x, x, x, attn_mask=self_mask, need_weights=False)[0]))
-            x = self.norm2(x + cross_block(x))
-            x = self.norm3(x + ff_block(x))
-        return x
-'''
-
 
 # --------------------------------------------------------------------------------------------
 # one layer shared by the whole stack: derived from the reference solution by a one-line change
@@ -749,6 +217,35 @@ from planting import solution_sources as _solution_sources  # noqa: E402
 
 def _derived(cell, *changes):
     return _planting.derived(LESSON, cell, *changes)
+
+
+# Planted bugs that are one or two lines of the reference, derived from it.
+DECODER_SELF_ATTENTION_NOT_CAUSAL__DECODERBLOCK = _derived(
+    'DecoderBlock', ('self_attn(h, h, h, attn_mask=self_mask,', 'self_attn(h, h, h,'))
+CROSS_ATTENTION_Q_AND_KV_SWAPPED__DECODERBLOCK = _derived(
+    'DecoderBlock', ('cross_attn(h, memory, memory,', 'cross_attn(memory, h, h,'))
+CROSS_ATTENTION_IGNORES_SOURCE_PADDING__DECODERBLOCK = _derived(
+    'DecoderBlock', ('cross_attn(h, memory, memory, attn_mask=cross_mask,', 'cross_attn(h, memory, memory,'))
+DECODER_NORMS_IN_WRONG_ORDER__DECODERBLOCK = _derived(
+    'DecoderBlock', ('x = self.norm2(x + cross_block(x))\n            x = self.norm3(x + ff_block(x))',
+                     'x = self.norm3(x + cross_block(x))\n            x = self.norm2(x + ff_block(x))'))
+LOSS_TARGETS_NOT_SHIFTED__TRANSLATION_LOSS = _derived('translation_loss', ('targets = tgt[:, 1:]', 'targets = tgt[:, :-1]'))
+LOSS_COUNTS_PADDING__TRANSLATION_LOSS = _derived('translation_loss', ('targets.flatten(), ignore_index=pad_id)', 'targets.flatten())'))
+GREEDY_IGNORES_SOURCE_PADDING__GREEDY_DECODE = _derived(
+    'greedy_decode', ('memory = model.encode(src, src_mask)', 'memory = model.encode(src)'),
+    ('logits = model.decode(ys, memory, src_mask)', 'logits = model.decode(ys, memory)'))
+BEAM_DOES_NOT_FINISH_AT_EOS__BEAM_SEARCH = _derived('beam_search', ('if tok == eos_id or step == max_len:', 'if step == max_len:'))
+BEAM_LENGTH_PENALTY_MULTIPLIES__BEAM_SEARCH = _derived('beam_search', ('logp / lp(len(tokens))', 'logp * lp(len(tokens))'))
+AVERAGE_SUMS__AVERAGE_CHECKPOINTS = _derived(
+    'average_checkpoints', ('torch.stack([sd[key].double() for sd in state_dicts]).mean(dim=0).to(last.dtype)',
+                            'torch.stack([sd[key] for sd in state_dicts]).sum(dim=0)     # the sum, not the mean'))
+DECODER_DROPOUT_BEFORE_NORM__DECODERBLOCK = _derived(
+    'DecoderBlock',
+    ('x = x + self_block(self.norm1(x))',
+     'h = self.norm1(self.dropout1(x))                   # dropout before the norm, on the input\n'
+     '            x = x + self.self_attn(h, h, h, attn_mask=self_mask, need_weights=False)[0]'),
+    ('x = self.norm1(x + self_block(x))',
+     'x = self.norm1(self.dropout1(x + self.self_attn(x, x, x, attn_mask=self_mask, need_weights=False)[0]))'))
 
 
 def _shared_stack(cell, old, new):
@@ -766,9 +263,9 @@ VARIANTS = {
     "cross_attention_q_and_kv_swapped": {"replace": {"DecoderBlock": CROSS_ATTENTION_Q_AND_KV_SWAPPED__DECODERBLOCK}, "must_fail": ['test_decoder_block_cross_attention', 'test_decoder_block_matches_torch_post_norm']},
     "cross_attention_ignores_source_padding": {"replace": {"DecoderBlock": CROSS_ATTENTION_IGNORES_SOURCE_PADDING__DECODERBLOCK}, "must_fail": ['test_decoder_block_source_padding']},
     "decoder_norms_in_wrong_order": {"replace": {"DecoderBlock": DECODER_NORMS_IN_WRONG_ORDER__DECODERBLOCK}, "must_fail": ['test_decoder_block_matches_torch_post_norm']},
-    "transformer_without_causal_mask": {"replace": {"Transformer": TRANSFORMER_WITHOUT_CAUSAL_MASK__TRANSFORMER}, "must_fail": ['test_transformer_causal', 'test_transformer_matches_torch']},
-    "transformer_decoder_ignores_source_padding": {"replace": {"Transformer": TRANSFORMER_DECODER_IGNORES_SOURCE_PADDING__TRANSFORMER}, "must_fail": ['test_transformer_source_padding', 'test_transformer_matches_torch']},
-    "transformer_embeddings_not_scaled": {"replace": {"Transformer": TRANSFORMER_EMBEDDINGS_NOT_SCALED__TRANSFORMER}, "must_fail": ['test_transformer_matches_torch']},
+    "transformer_without_causal_mask": {"replace": {"Transformer": _derived('Transformer', ('y = layer(y, memory, tgt_mask=causal, memory_mask=memory_mask)', 'y = layer(y, memory, memory_mask=memory_mask)'))}, "must_fail": ['test_transformer_causal', 'test_transformer_matches_torch']},
+    "transformer_decoder_ignores_source_padding": {"replace": {"Transformer": _derived('Transformer', ('y = layer(y, memory, tgt_mask=causal, memory_mask=memory_mask)', 'y = layer(y, memory, tgt_mask=causal)'))}, "must_fail": ['test_transformer_source_padding', 'test_transformer_matches_torch']},
+    "transformer_embeddings_not_scaled": {"replace": {"Transformer": _derived('Transformer', ('self.src_embed(src) * math.sqrt(self.d_model)', 'self.src_embed(src)'), ('self.tgt_embed(tgt) * math.sqrt(self.d_model)', 'self.tgt_embed(tgt)'))}, "must_fail": ['test_transformer_matches_torch']},
     "loss_targets_not_shifted": {"replace": {"translation_loss": LOSS_TARGETS_NOT_SHIFTED__TRANSLATION_LOSS}, "must_fail": ['test_translation_loss_shift']},
     "loss_counts_padding": {"replace": {"translation_loss": LOSS_COUNTS_PADDING__TRANSLATION_LOSS}, "must_fail": ['test_translation_loss_padding']},
     "greedy_ignores_source_padding": {"replace": {"greedy_decode": GREEDY_IGNORES_SOURCE_PADDING__GREEDY_DECODE}, "must_fail": ['test_greedy_decode_batch']},
