@@ -664,9 +664,10 @@ class _Judges:
     milliseconds. Where pidfds are missing (not Linux, or an old kernel) or the server fails, each
     judge is a ``python -m course.tools.judge`` of its own, as before."""
 
-    def __init__(self, jobs: int, prestart: dict | None = None):
+    def __init__(self, jobs: int, prestart: dict | None = None, sources: list | None = None):
         self.jobs = max(1, int(jobs))
         self.prestart = prestart           # the warm sandbox each judge launches first (sandbox.prestart_from_env)
+        self.sources = [str(p) for p in sources or []]    # the lessons' instructor notebooks, read ahead
         self.procs: dict[int, object] = {}
         self.first: list[tuple] = []       # per judge process: (started, asked, answered, phases) of its first submission
         self._started: dict[int, float] = {}
@@ -691,7 +692,7 @@ class _Judges:
             return
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         env = self._env()
-        env["COURSE_JUDGE_WARM"] = ",".join((self.prestart or {}).get("warm", []))
+        env["COURSE_JUDGE_SOURCES"] = json.dumps(self.sources)
         try:
             self.server = subprocess.Popen([sys.executable, "-m", "course.tools.judge", f"--forks={theirs.fileno()}",
                                             f"--slots={self.jobs}"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
@@ -963,7 +964,8 @@ def grade(submissions: Path, out: Path, *, timeout: int = 60, lessons: list[str]
 
         judges = DaskJudges(min(jobs, max(1, todo)), scheduler, retries, prestart)     # in each worker's scratch
     else:
-        judges = _Judges(min(jobs, max(1, todo)), prestart and dict(prestart, scratch_base=str(scratch_base)))
+        judges = _Judges(min(jobs, max(1, todo)), prestart and dict(prestart, scratch_base=str(scratch_base)),
+                         sources=[known[lesson].solution for lesson in used])
     if todo:
         judges.start_all()
     startup["scan"] = time.perf_counter() - t_start

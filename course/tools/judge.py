@@ -649,8 +649,23 @@ def _compiled(source: str, filename: str):
 # -- what test cells see ---------------------------------------------------------------------------
 
 def trusted_context(source_nb) -> dict:
-    """Run the import statements of the lesson's own (non-test, non-solution) cells, here."""
+    """Run the import statements of the lesson's own (non-test, non-solution) cells, here: those that
+    bind a name some test cell reads (a judge needs no plotting or widget library; star imports are
+    always run)."""
     ns: dict = {"__name__": "judge", "__builtins__": builtins}
+    read: set[str] = set()
+    for cell in source_nb.cells:
+        if cell.cell_type == "code" and cell.get("metadata", {}).get("nbgrader", {}).get("grade"):
+            read.update(_free_names(cell.source))
+
+    def needed(node):
+        """The import statement with only the names some test reads (None if none)."""
+        names = [a for a in node.names if a.name == "*" or (a.asname or a.name).split(".")[0] in read]
+        if not names:
+            return None
+        node.names = names
+        return node
+
     for cell in source_nb.cells:
         meta = cell.get("metadata", {}).get("nbgrader", {})
         if cell.cell_type != "code" or meta.get("grade") or meta.get("solution"):
@@ -659,7 +674,7 @@ def trusted_context(source_nb) -> dict:
             tree = ast.parse(cell.source)
         except SyntaxError:
             continue
-        imports = [n for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))]
+        imports = [n for n in (needed(n) for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))) if n]
         if imports:
             exec(compile(ast.Module(body=imports, type_ignores=[]), "<imports>", "exec"), ns)
     return ns
@@ -1314,14 +1329,22 @@ def main() -> None:
 
 # -- the judges' fork server --------------------------------------------------------------------------
 
-def _warm_up(modules) -> None:
-    """What every judge needs and would otherwise load for its first submission: the lessons' own
-    imports (the test cells' context), the grading module and the feedback page's templates."""
-    import importlib
+def _warm_up(sources) -> None:
+    """What every judge needs and would otherwise load for its first submission: for each lesson's
+    instructor notebook (``sources``), the parsed notebook, its test cells' context (their imports),
+    compiled test cells and forbidden names; then the grading module and the feedback page's templates."""
+    from course import forbidden
 
-    for name in modules:
+    for path in sources:
         try:
-            importlib.import_module(name)
+            nb, memo = _lesson_notebook(path)
+            _memo(memo, "context", lambda: trusted_context(nb))
+            _memo(memo, "lesson_names", lambda: forbidden.lesson_names(nb))
+            for cell in nb.cells:
+                gid = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
+                if cell.cell_type == "code" and cell.get("metadata", {}).get("nbgrader", {}).get("grade"):
+                    _free_names(cell.source)
+                    _compiled(cell.source, f"<test {gid}>")
         except Exception:  # noqa: BLE001 - a judge that needs it reports the failure itself
             pass
     try:
@@ -1337,8 +1360,8 @@ def _warm_up(modules) -> None:
 def serve_forks(ctrl_fd: int) -> None:
     """Fork judges from one warm process (``course grade`` starts it: ``--forks=FD --slots=N``).
 
-    The grader's judges would each import PyTorch, nbformat, the lessons' modules and the feedback
-    templates (about 3 CPU-seconds each); this process does it once and forks a judge per request. The
+    The grader's judges would each import PyTorch, nbformat, the test cells' context and the feedback
+    templates (3-5 CPU-seconds each); this process does it once and forks a judge per request. The
     warm sandboxes were launched before those imports (``_EARLY_MANY``, one host uid each), so they
     import their own libraries meanwhile; the first judge of each slot adopts one (:class:`_Foster`).
     Requests on ``ctrl_fd`` (a Unix socket): JSON ``{"op": "fork", "slot": k}`` with two descriptors,
@@ -1350,7 +1373,11 @@ def serve_forks(ctrl_fd: int) -> None:
 
     _guard_self()
     torch.set_num_threads(1)
-    _warm_up([m for m in os.environ.pop("COURSE_JUDGE_WARM", "").split(",") if m])
+    try:
+        sources = json.loads(os.environ.pop("COURSE_JUDGE_SOURCES", "[]"))
+    except ValueError:
+        sources = []
+    _warm_up([str(p) for p in sources] if isinstance(sources, list) else [])
     ctrl = socket.socket(fileno=ctrl_fd)
     ahead = list(_EARLY_MANY)                   # sandboxes not yet adopted, one per slot
     adopted: dict[int, subprocess.Popen] = {}   # judge pid -> the sandbox it adopted
