@@ -309,6 +309,14 @@ def test_a_standing_dask_cluster_keeps_its_judges_warm_between_batches(graded_sh
             assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
             assert (tmp_path / run / "grades.csv").read_bytes() == (tmp / "whole" / "grades.csv").read_bytes()
             seen.append(_judge_pids(client))
+        # Judges that outlived an upgrade of the course grade nothing: re-gradable, never old checks' verdicts.
+        client.run(lambda dask_worker: setattr(dask_worker.plugins["course-judge"], "code", "an older course"))
+        proc = subprocess.run([COURSE, "grade", str(subs), "--out", str(tmp_path / "upgraded"), "--executor", "dask",
+                               "--scheduler", cluster.scheduler_address], capture_output=True, text=True,
+                              timeout=600, env=env)
+        rows = json.loads((tmp_path / "upgraded" / "results.json").read_text())
+        assert rows and all(r["status"] == "grader-error" and "another version of the course" in r["detail"]
+                            for r in rows), proc.stdout[-3000:]
     warm = {worker: pid for worker, pid in seen[0].items() if pid is not None}
     assert warm and all(seen[1][worker] == pid for worker, pid in warm.items()), seen   # the same judges, still warm
 

@@ -313,6 +313,30 @@ _A11Y = (
 HIGHLIGHT_CELL_CHARS, HIGHLIGHT_LINE_CHARS, HIGHLIGHT_PAGE_CHARS, HIGHLIGHT_SECONDS = 20_000, 1_000, 300_000, 20.0
 
 
+# What a judge keeps of feedback pages from one submission to the next: the rendering of texts up to 16 000
+# characters (the lesson's own cells are the same in every submission), at most 2 048 of them per cache
+# and 8 MB of keys and values, so that one learner's huge cells cannot fill the judge's memory.
+_CACHED_TEXT, _CACHED_ITEMS, _CACHED_CHARS = 16_000, 2048, 8_000_000
+
+
+class _TextCache:
+    """Rendered texts by key, emptied when it would hold more than its bounds."""
+
+    def __init__(self):
+        self.items: dict = {}
+        self.chars = 0
+
+    def get(self, key, compute):
+        if key not in self.items:
+            value = compute()
+            size = len(value) + sum(len(k) for k in (key if isinstance(key, tuple) else (key,)) if isinstance(k, str))
+            if len(self.items) >= _CACHED_ITEMS or self.chars + size > _CACHED_CHARS:
+                self.items, self.chars = {}, 0
+            self.items[key] = value
+            self.chars += size
+        return self.items[key]
+
+
 def _feedback_exporter():
     """nbconvert's HTML exporter (lab template, sanitized) for feedback pages, without its
     BeautifulSoup pass, and with Pygments' output kept per cell source for every cell but the
@@ -339,7 +363,7 @@ def _feedback_exporter():
             langinfo = nb.metadata.get("language_info", {})
             lexer = langinfo.get("pygments_lexer", langinfo.get("name", None))
             highlight = Highlight2HTML(pygments_lexer=lexer, parent=self)
-            cache = self._highlighted.setdefault(lexer, {})
+            cache = self._highlighted.setdefault(lexer, _TextCache())
 
             spent = {"chars": 0, "until": time.monotonic() + HIGHLIGHT_SECONDS}
 
@@ -352,14 +376,10 @@ def _feedback_exporter():
                         time.monotonic() > spent["until"] or \
                         max((len(line) for line in source.splitlines()), default=0) > HIGHLIGHT_LINE_CHARS:
                     return f'<div class="highlight"><pre><span></span>{_html.escape(source)}</pre></div>'
-                if metadata.get("nbgrader", {}).get("solution"):     # the learner's own code: seen once
+                if metadata.get("nbgrader", {}).get("solution") or len(source) > _CACHED_TEXT:  # the learner's: seen once
                     return highlight(source, language=language, metadata=metadata)
                 key = (source, language, metadata.get("magics_language"))
-                if key not in cache:
-                    if len(cache) >= 2048:
-                        cache.clear()
-                    cache[key] = highlight(source, language=language, metadata=metadata)
-                return cache[key]
+                return cache.get(key, lambda: highlight(source, language=language, metadata=metadata))
 
             markdown, cleaned = self._markdown, self._cleaned
 
@@ -367,20 +387,15 @@ def _feedback_exporter():
             def markdown2html(context, source):
                 # The lesson's Markdown is the same in every submission: rendered once per judge.
                 cell = context.get("cell", {})
-                key = (source, json.dumps(cell.get("attachments", {}), sort_keys=True, default=str),
-                       str(context.get("resources", {}).get("metadata", {}).get("path", "")))
-                if key not in markdown:
-                    if len(markdown) >= 2048:
-                        markdown.clear()
-                    markdown[key] = HTMLExporter.markdown2html(self, context, source)
-                return markdown[key]
+                if cell.get("attachments") or len(source) > _CACHED_TEXT:
+                    return HTMLExporter.markdown2html(self, context, source)
+                key = (source, str(context.get("resources", {}).get("metadata", {}).get("path", "")))
+                return markdown.get(key, lambda: HTMLExporter.markdown2html(self, context, source))
 
             def clean_html(html):
-                if html not in cleaned:
-                    if len(cleaned) >= 2048:
-                        cleaned.clear()
-                    cleaned[html] = clean_html_filter(html)
-                return cleaned[html]
+                if len(html) > _CACHED_TEXT:
+                    return clean_html_filter(html)
+                return cleaned.get(html, lambda: clean_html_filter(html))
 
             try:
                 metadata = self._nb_metadata
@@ -398,7 +413,7 @@ def _feedback_exporter():
             return html, resources
 
     exporter = FeedbackExporter(**options)
-    exporter._highlighted, exporter._markdown, exporter._cleaned = {}, {}, {}
+    exporter._highlighted, exporter._markdown, exporter._cleaned = {}, _TextCache(), _TextCache()
     return exporter
 
 
@@ -707,6 +722,10 @@ class _Judges:
         self._sock = ours
 
     def _stop_server(self) -> None:
+        for _, a, b in self._asked:        # forks asked for and never answered
+            os.close(a)
+            os.close(b)
+        self._asked = []
         if self._sock is not None:
             self._sock.close()             # EOF: the server kills what is left and exits
             self._sock = None
@@ -748,10 +767,6 @@ class _Judges:
             if not isinstance(answer, dict) or answer.get("ev") != "forked" or len(fds) != 1:
                 for fd in (in_w, out_r, *fds):
                     os.close(fd)
-                for _, a, b in self._asked:
-                    os.close(a)
-                    os.close(b)
-                self._asked = []
                 self._stop_server()
                 return None
             judge = _ForkedJudge(int(answer["pid"]), fds[0], in_w, out_r)
@@ -839,6 +854,11 @@ class _Judges:
         if p is None:
             return
         if isinstance(p, _ForkedJudge):                # a session of its own, its sandboxes die with it
+            if p.poll() is None:                      # alive, so its pid (its process group's id) is its own
+                try:
+                    os.killpg(p.pid, 9)
+                except (ProcessLookupError, PermissionError):
+                    pass
             p.kill()
             try:
                 p.wait(timeout=10)
@@ -854,10 +874,6 @@ class _Judges:
     def close(self):
         with self._lock:
             procs = list(self.procs.values())
-            for _, a, b in self._asked:               # forks asked for and never used
-                os.close(a)
-                os.close(b)
-            self._asked = []
         for p in procs:                               # every judge told first: they end side by side
             try:
                 p.stdin.close()

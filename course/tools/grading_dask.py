@@ -39,6 +39,26 @@ PLUGIN = "course-judge"
 _CRASH = "COURSE_DASK_TEST_CRASH"
 
 
+def code_version() -> str:
+    """A digest of this course package's Python files: the grader and each worker compare theirs, since a
+    standing cluster's judges outlive an upgrade of the files they were started from."""
+    import hashlib
+
+    import course
+
+    global _CODE
+    if _CODE is None:
+        root = Path(course.__file__).resolve().parent
+        digest = hashlib.sha256()
+        for path in sorted(root.rglob("*.py")):
+            digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes() + b"\0")
+        _CODE = digest.hexdigest()[:16]
+    return _CODE
+
+
+_CODE: str | None = None
+
+
 class JudgePlugin:
     """A worker's warm judge (``distributed.WorkerPlugin`` protocol: ``setup``/``teardown``)."""
 
@@ -53,6 +73,7 @@ class JudgePlugin:
         self.lessons: dict[str, dict] = {}
         self.lock = threading.Lock()
         prestart = None if self.prestart is None else dict(self.prestart, scratch_base=str(self.scratch))
+        self.code = code_version()                 # what its judge runs, compared with each task's
         self.judges = _Judges(1, prestart)
         self.judges.start_all()                    # imports its libraries before the first submission arrives
 
@@ -78,6 +99,9 @@ class JudgePlugin:
         return self.lessons[key]
 
     def grade(self, task: dict) -> dict:
+        if task.get("code") != self.code:
+            return {"error": "this Dask worker's judge runs another version of the course than `course grade` "
+                             "(restart the workers after an upgrade); not graded, grade it again"}
         with self.lock:                            # one submission at a time per judge (single-threaded workers)
             paths = self._lesson(task["lesson"])
             notebook = self.scratch / "submission.ipynb"
@@ -215,7 +239,8 @@ class DaskJudges:
         if self._error is not None or self.client is None:
             return {"error": f"the Dask cluster did not start: {type(self._error).__name__}: {self._error}"}
         submission = spec.get("submission", "")
-        task = {"submission": submission, "notebook": Path(spec["notebook"]).read_text(encoding="utf-8"),
+        task = {"submission": submission, "code": code_version(),
+                "notebook": Path(spec["notebook"]).read_text(encoding="utf-8"),
                 "lesson": self._bundle(spec),
                 "spec": {k: v for k, v in spec.items() if k not in ("notebook", "source", "release", "files", "scratch_base")}}
         asked = time.perf_counter()

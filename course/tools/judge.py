@@ -302,11 +302,12 @@ def _terminate(proc) -> None:
         except subprocess.TimeoutExpired:
             pass
         return
-    for kill in (lambda: os.killpg(proc.pid, signal.SIGKILL), proc.kill):
-        try:
-            kill()
-        except (ProcessLookupError, PermissionError):
-            pass
+    if proc.poll() is None:             # not reaped yet, so its pid is still its own (a zombie's at worst)
+        for kill in (lambda: os.killpg(proc.pid, signal.SIGKILL), proc.kill):
+            try:
+                kill()
+            except (ProcessLookupError, PermissionError):
+                pass
     for stream in (proc.stdin, proc.stdout):
         try:
             if stream is not None:
@@ -653,14 +654,23 @@ def trusted_context(source_nb) -> dict:
     bind a name some test cell reads (a judge needs no plotting or widget library; star imports are
     always run)."""
     ns: dict = {"__name__": "judge", "__builtins__": builtins}
-    read: set[str] = set()
+    read: set[str] = set()           # every name a test cell mentions, read, bound or deleted
     for cell in source_nb.cells:
         if cell.cell_type == "code" and cell.get("metadata", {}).get("nbgrader", {}).get("grade"):
-            read.update(_free_names(cell.source))
+            try:
+                tree = ast.parse(cell.source)
+            except (SyntaxError, RecursionError, MemoryError, ValueError):
+                read.add("*")            # a test cell the filter cannot read: every import is run
+                continue
+            for node in ast.walk(tree):
+                if isinstance(node, ast.Name):
+                    read.add(node.id)
+                elif isinstance(node, (ast.Global, ast.Nonlocal)):
+                    read.update(node.names)
 
     def needed(node):
         """The import statement with only the names some test reads (None if none)."""
-        names = [a for a in node.names if a.name == "*" or (a.asname or a.name).split(".")[0] in read]
+        names = [a for a in node.names if "*" in read or a.name == "*" or (a.asname or a.name).split(".")[0] in read]
         if not names:
             return None
         node.names = names
@@ -813,11 +823,20 @@ def suspicious(nb, source_nb=None) -> list[str]:
     return list(dict.fromkeys(found))
 
 
-@functools.lru_cache(maxsize=1024)
 def _import_aliases(source: str):
     """The names a cell's imports bind to torch, the course, numpy, math, builtins, sys, os or IPython
-    (a frozenset), or "syntax" / "unreadable" (nested too deeply for Python's parser). Cached: most
-    cells are the lesson's own, the same in every submission."""
+    (a frozenset), or "syntax" / "unreadable" (nested too deeply for Python's parser). Cached for cells
+    of up to 16 000 characters: most cells are the lesson's own, the same in every submission, and a
+    huge cell of one learner must not stay in the judge's memory for the next."""
+    return _import_aliases_cached(source) if len(source) <= 16_000 else _read_import_aliases(source)
+
+
+@functools.lru_cache(maxsize=1024)
+def _import_aliases_cached(source: str):
+    return _read_import_aliases(source)
+
+
+def _read_import_aliases(source: str):
     roots = ("torch", "course", "numpy", "math", "builtins", "sys", "os", "IPython")
     try:
         tree = ast.parse(source)
@@ -1274,17 +1293,20 @@ def before_same(ns, k, before) -> bool:
 JUDGE_MEMORY_MB = 6144     # address space of a judge: what one submission's answers can make it hold
 
 
+_PARENT: int | None = None      # set by _become_judge: the fork server, known from before the fork
+
+
 def _guard_self() -> None:
-    """Die with the grader that started this judge (its sandbox dies with it: bubblewrap runs with
-    --die-with-parent), and hold the judge's own memory to a limit."""
+    """Die with the grader (or fork server) that started this judge (its sandbox dies with it:
+    bubblewrap runs with --die-with-parent), and hold the judge's own memory to a limit."""
     import resource
 
     try:
         import ctypes
 
-        parent = os.getppid()
+        parent = _PARENT if _PARENT is not None else os.getppid()
         ctypes.CDLL(None).prctl(1, int(signal.SIGKILL), 0, 0, 0)     # PR_SET_PDEATHSIG
-        if os.getppid() != parent:                                    # the grader went before that
+        if os.getppid() != parent:                                    # the parent went before that
             os._exit(1)
     except (OSError, AttributeError):
         pass
@@ -1378,21 +1400,35 @@ def serve_forks(ctrl_fd: int) -> None:
     except ValueError:
         sources = []
     _warm_up([str(p) for p in sources] if isinstance(sources, list) else [])
+    sys.stdout.flush()                          # nothing buffered here may reach a judge's result pipe
+    sys.stderr.flush()
     ctrl = socket.socket(fileno=ctrl_fd)
-    ahead = list(_EARLY_MANY)                   # sandboxes not yet adopted, one per slot
-    adopted: dict[int, subprocess.Popen] = {}   # judge pid -> the sandbox it adopted
+    ahead = []                                  # sandboxes not yet adopted, one per slot, with a pidfd each
+    for early in _EARLY_MANY:
+        try:                                    # opened now, while the process is surely ours (unreaped)
+            ahead.append((early, os.pidfd_open(early[1][0].pid)))
+        except (OSError, AttributeError):       # no pidfds here: the judges start their own sandboxes
+            _terminate(early[1][0])
+            early[1][1].close()
+            sandbox.remove_scratch(early[1][2])
+    judges: dict[int, subprocess.Popen | None] = {}   # judge pid -> the sandbox it adopted (None: none)
+    sandboxes = [early[1][0] for early, _ in ahead]   # every sandbox launched here, until reaped
 
     def reap():
-        while True:
+        # Only this process's own children, by pid: never waitpid(-1), which would reap a sandbox behind
+        # its Popen's back and leave a pid that the system may give to another process.
+        for pid in list(judges):
             try:
-                pid, _ = os.waitpid(-1, os.WNOHANG)
+                done, _ = os.waitpid(pid, os.WNOHANG)
             except ChildProcessError:
-                return
-            if pid == 0:
-                return
-            proc = adopted.pop(pid, None)
-            if proc is not None and proc.poll() is None:
-                _terminate(proc)
+                done = pid
+            if done == pid:
+                proc = judges.pop(pid)
+                if proc is not None:
+                    _terminate(proc)            # the judge's sandbox ends with it
+        for proc in list(sandboxes):
+            if proc.poll() is not None:
+                sandboxes.remove(proc)
 
     while True:
         ready = select.select([ctrl], [], [], 0.5)[0]
@@ -1411,29 +1447,23 @@ def serve_forks(ctrl_fd: int) -> None:
                 break                              # the grader is done (or gone)
             continue
         slot = int(req.get("slot", 0))
-        early = ahead[slot] if 0 <= slot < len(ahead) else None
+        early, pidfd = ahead[slot] if 0 <= slot < len(ahead) and ahead[slot] is not None else (None, None)
         if early is not None:
             ahead[slot] = None
-        pidfd = None
-        if early is not None:
-            try:
-                pidfd = os.pidfd_open(early[1][0].pid)
-            except (OSError, AttributeError):      # no pidfds here: the judge starts its own sandbox
-                _terminate(early[1][0])
-                early[1][1].close()
-                early = None
+        server = os.getpid()
         pid = os.fork()
         if pid == 0:
             try:
-                _become_judge(ctrl, fds, early, pidfd, [a for a in ahead if a is not None])
+                _become_judge(ctrl, fds, early, pidfd, [a for a in ahead if a is not None], server)
             finally:
                 os._exit(0)
         for fd in fds:
             os.close(fd)
+        judges[pid] = None
         if early is not None:
             os.close(pidfd)
             early[1][1].close()                    # the judge holds the sandbox's control socket alone
-            adopted[pid] = early[1][0]
+            judges[pid] = early[1][0]
         try:
             judge_fd = os.pidfd_open(pid)
             socket.send_fds(ctrl, [json.dumps({"ev": "forked", "pid": pid, "slot": slot}).encode()], [judge_fd])
@@ -1441,23 +1471,26 @@ def serve_forks(ctrl_fd: int) -> None:
         except OSError:
             os.kill(pid, signal.SIGKILL)
             break
-    for pid, proc in adopted.items():          # judges die with this process (their parent-death signal)
-        _terminate(proc)
-    for early in ahead:
-        if early is not None:
-            _terminate(early[1][0])
-            sandbox.remove_scratch(early[1][2])
+    for proc in judges.values():               # judges die with this process (their parent-death signal)
+        if proc is not None:
+            _terminate(proc)
+    for item in ahead:
+        if item is not None:
+            _terminate(item[0][1][0])
+            sandbox.remove_scratch(item[0][1][2])
     os._exit(0)
 
 
-def _become_judge(ctrl, fds, early, pidfd, others) -> None:
+def _become_judge(ctrl, fds, early, pidfd, others, server: int) -> None:
     """In a process just forked by :func:`serve_forks`: become an ordinary judge on the two descriptors."""
-    global _EARLY
+    global _EARLY, _PARENT
     import io
 
+    _PARENT = server
     ctrl.close()
-    for other in others:                         # the other judges' sandboxes are none of this one's business
+    for other, other_pidfd in others:            # the other judges' sandboxes are none of this one's business
         other[1][1].close()
+        os.close(other_pidfd)
     os.setsid()
     os.dup2(fds[0], 0)
     os.dup2(fds[1], 1)
