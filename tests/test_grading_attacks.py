@@ -655,6 +655,13 @@ def _parent(proc_dir: Path) -> int:
         return -1
 
 
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
+
+
 def _processes_about(text: str) -> list[int]:
     """Processes whose command line names ``text``, or that run as the sandbox user in a mount of it."""
     found = []
@@ -689,23 +696,33 @@ def test_stopping_course_grade_stops_every_judge_and_sandbox(tmp_path, how):
     proc = subprocess.Popen([COURSE, "grade", str(subs), "--out", str(tmp_path / "out"), "--timeout", "600",
                              "--jobs", "1"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
     try:
-        end = time.monotonic() + 180
-        while time.monotonic() < end and len(_processes_about(str(scratch))) < 3:    # judge, bwrap, sandbox
+        def judge_processes():
+            """The fork server (a child of `course grade`) and the judges (its children; or, without pidfds,
+            children of `course grade`), and whether a judge that grades is among them."""
+            kids = [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit() and _parent(p) == proc.pid]
+            kids = [k for k in kids if b"course.tools.judge" in _cmdline(k)]
+            servers = [k for k in kids if b"--forks" in _cmdline(k)]
+            forked = [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit() and _parent(p) in servers]
+            return kids + forked, bool(forked or [k for k in kids if k not in servers])
+
+        end, started, grading = time.monotonic() + 180, [], False
+        while time.monotonic() < end:                    # a judge, and the sandbox: bwrap, its PID 1, its worker
+            started = _processes_about(str(scratch))
+            judges, grading = judge_processes()
+            if len(started) >= 3 and grading:
+                break
             time.sleep(0.5)
-        started = _processes_about(str(scratch))
-        assert len(started) >= 3, f"the sandbox did not start: {started}"
-        judges = [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit() and _parent(p) == proc.pid]
-        assert judges
+        assert len(started) >= 3 and grading, f"the sandbox or the judge did not start: {started}, {judges}"
         time.sleep(3)                                    # the submission's cell is running
+        judges, _ = judge_processes()
         proc.send_signal(getattr(signal, how))
         proc.wait(timeout=60)
         end = time.monotonic() + 20
         while time.monotonic() < end and _processes_about(str(scratch)):
             time.sleep(0.5)
-        left = _processes_about(str(scratch)) + [p for p in judges if Path(f"/proc/{p}").exists() and
-                                                 b"course.tools.judge" in Path(f"/proc/{p}/cmdline").read_bytes()]
+        left = _processes_about(str(scratch)) + [p for p in judges if b"course.tools.judge" in _cmdline(p)]
         assert not left, f"still running after {how}: " + "; ".join(
-            Path(f"/proc/{p}/cmdline").read_bytes().decode(errors="replace")[:200] for p in left if Path(f"/proc/{p}").exists())
+            _cmdline(p).decode(errors="replace")[:200] for p in left)
     finally:
         if proc.poll() is None:
             proc.kill()

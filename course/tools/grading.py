@@ -689,6 +689,7 @@ class _Judges:
         self.server = self._sock = None    # the fork server and the socket to it
         self._asked: list[tuple] = []      # fork requests not yet answered: (slot, stdin write end, stdout read end)
         self._lock = threading.Lock()
+        self._closed = False
 
     def _env(self) -> dict:
         from course.tools import sandbox
@@ -721,17 +722,21 @@ class _Judges:
         ours.settimeout(300)               # its imports take seconds; a server that never answers is given up
         self._sock = ours
 
-    def _stop_server(self) -> None:
-        for _, a, b in self._asked:        # forks asked for and never answered
+    def _stop_server(self, wait: float = 10) -> None:
+        asked, self._asked = self._asked, []
+        for _, a, b in asked:              # forks asked for and never answered
             os.close(a)
             os.close(b)
-        self._asked = []
         if self._sock is not None:
-            self._sock.close()             # EOF: the server kills what is left and exits
+            try:
+                self._sock.shutdown(2)     # EOF for the server, and wakes a thread waiting on its answer
+            except OSError:
+                pass
+            self._sock.close()             # the server kills what is left and exits
             self._sock = None
         if self.server is not None:
             try:
-                self.server.wait(timeout=10)
+                self.server.wait(timeout=wait)
             except subprocess.TimeoutExpired:
                 os.killpg(self.server.pid, 9)
                 self.server.wait()
@@ -761,9 +766,14 @@ class _Judges:
             try:
                 data, fds, _, _ = socket.recv_fds(self._sock, 4096, 1)
                 answer = json.loads(data)
-            except (OSError, ValueError):
+            except Exception:  # noqa: BLE001 - no answer (the server failed, or the batch is being stopped)
                 answer, fds = None, []
-            asked_slot, in_w, out_r = self._asked.pop(0)
+            try:
+                asked_slot, in_w, out_r = self._asked.pop(0)
+            except IndexError:                       # the batch was stopped meanwhile (close took them)
+                for fd in fds:
+                    os.close(fd)
+                return None
             if not isinstance(answer, dict) or answer.get("ev") != "forked" or len(fds) != 1:
                 for fd in (in_w, out_r, *fds):
                     os.close(fd)
@@ -777,6 +787,8 @@ class _Judges:
 
     def _proc(self, slot: int):
         with self._lock:
+            if self._closed:
+                raise RuntimeError("grading was stopped before this submission's judge started")
             p = self.procs.get(slot)
             if p is not None and p.poll() is None:
                 return p
@@ -792,6 +804,8 @@ class _Judges:
                 if self._sock is not None:
                     p = self._forked(slot)
             if p is None:
+                if self._closed:
+                    raise RuntimeError("grading was stopped before this submission's judge started")
                 p = subprocess.Popen([sys.executable, "-m", "course.tools.judge"], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=self._env(),
                                      start_new_session=True)
@@ -871,22 +885,30 @@ class _Judges:
         except (ProcessLookupError, PermissionError):
             pass
 
-    def close(self):
-        with self._lock:
-            procs = list(self.procs.values())
+    def close(self, hurry: bool = False):
+        """End every judge: told to stop (they end side by side once idle), or with ``hurry`` (the batch
+        was interrupted: they may be mid-submission) killed at once. Never waits on a grading thread: a
+        thread still waiting for a fork gets no judge (``_proc`` refuses once closed)."""
+        self._closed = True
+        procs = list(dict(self.procs).values())      # a copy made at once, without the lock a fork may hold
         for p in procs:                               # every judge told first: they end side by side
             try:
                 p.stdin.close()
-            except OSError:
+            except (OSError, ValueError):
                 pass
         for p in procs:
             try:
+                if hurry:
+                    raise subprocess.TimeoutExpired("judge", 0)
                 p.wait(timeout=10)
             except Exception:  # noqa: BLE001
+                if isinstance(p, _ForkedJudge) and p.poll() is None:
+                    try:
+                        os.killpg(p.pid, 9)
+                    except (ProcessLookupError, PermissionError):
+                        pass
                 p.kill()
-            if isinstance(p, _ForkedJudge):
-                p.release()
-        self._stop_server()
+        self._stop_server(wait=3 if hurry else 10)    # the judges it forked die with it, their sandboxes with them
 
 
 def _reusable(prev: dict | None, digest: str) -> bool:
@@ -1006,7 +1028,7 @@ def grade(submissions: Path, out: Path, *, timeout: int = 60, lessons: list[str]
         if todo:      # the gradebook's library (a second to import) loads while the judges start
             threading.Thread(target=_load_gradebook_library, daemon=True).start()
     except BaseException:
-        judges.close()
+        judges.close(hurry=True)
         shutil.rmtree(scratch_base, ignore_errors=True)
         raise
     gradebook_kept = had_gradebook and ws.db_url == f"sqlite:///{ws.db_path}"    # else write kept results again
@@ -1155,13 +1177,15 @@ def grade(submissions: Path, out: Path, *, timeout: int = 60, lessons: list[str]
 
     t0 = time.perf_counter()
     threads = [threading.Thread(target=worker, args=(i,), daemon=True) for i in range(judges.jobs)]
+    interrupted = True
     try:
         for t in threads:
             t.start()
         for t in threads:
             t.join()
+        interrupted = False
     finally:
-        judges.close()
+        judges.close(hurry=interrupted)
         if bar is not None:
             bar.close()
         shutil.rmtree(scratch_base, ignore_errors=True)

@@ -259,7 +259,7 @@ class DaskJudges:
             self.first.append((self._t0, asked, time.perf_counter(), answer.get("phases", {})))
         return answer
 
-    def close(self) -> None:
+    def close(self, hurry: bool = False) -> None:
         for thing in (self.client, self.cluster):
             if thing is not None:
                 try:
