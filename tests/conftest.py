@@ -38,6 +38,29 @@ def _one_thread():
     torch.set_num_threads(before)
 
 
+@pytest.fixture(scope="session")
+def built_handout(tmp_path_factory) -> Path:
+    """`course dist` run once per test session (per xdist worker): the learner's copy, built and audited
+    (about 20 CPU-seconds). Tests read it, or take a copy of their own (:func:`handout`) to change it."""
+    import subprocess
+    import sys
+
+    dest = tmp_path_factory.mktemp("dist") / "handout"
+    proc = subprocess.run([str(Path(sys.executable).parent / "course"), "dist", str(dest)], capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "Checked: no solution, no hidden test, no graded answer." in proc.stdout, proc.stdout
+    return dest
+
+
+@pytest.fixture
+def handout(built_handout, tmp_path) -> Path:
+    """A copy of the learner's copy for one test to change (a venv in it, filled-in notebooks, a planted leak)."""
+    import shutil
+
+    return Path(shutil.copytree(built_handout, tmp_path / "handout", symlinks=True))
+
+
 def pytest_collection_modifyitems(config, items):
     """Tests marked ``gpu`` skip with a reason on a machine where PyTorch sees no CUDA GPU (CI)."""
     import torch

@@ -1,12 +1,19 @@
 """Grading round trip through `course grade`, for every lesson with a tests/planted/<lesson>.py.
 
-Per lesson, one `course grade` call grades: the reference solution (must get full marks), the
-untouched student notebook (must get zero, graded without crashing), every planted classic bug (must
-lose points in each cell it names) and every correct alternative style (must keep full marks).
+Per lesson: the reference solution (must get full marks), the untouched student notebook (must get
+zero, graded without crashing), every planted classic bug (must lose points in each cell it names)
+and every correct alternative style (must keep full marks).
+
+Every lesson's bank is graded in one `course grade` batch, shared by the per-lesson tests: a batch
+pays its judges' and sandboxes' start-up once (about 10 CPU-seconds), not once per lesson. Under
+pytest-xdist the first worker to need it grades (both cores: `--jobs 2`) while the other waits on a
+lock, then reads the same results.
 """
 
 from __future__ import annotations
 
+import fcntl
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -20,18 +27,34 @@ ROOT = Path(__file__).resolve().parents[1]
 PLANTED = load_planted()
 
 
-def grade_bank(lesson: str, folder: Path) -> tuple[subprocess.CompletedProcess, dict, Path]:
-    """Grade the lesson's whole bank (reference, untouched, every variant) in one `course grade` call."""
-    subs = folder / "submissions"
+def write_bank(lesson: str, subs: Path) -> None:
+    """The lesson's whole bank (reference, untouched, every variant) as submissions."""
     write_submission(subs, "reference", lesson, build_submission(lesson))
     write_submission(subs, "untouched", lesson, build_submission(lesson, fill=False))
     for name, variant in PLANTED[lesson].items():
         write_submission(subs, name, lesson, build_submission(lesson, variant["replace"]))
+
+
+@pytest.fixture(scope="session")
+def graded_banks(tmp_path_factory) -> tuple[dict, Path, str]:
+    """Every lesson's bank graded by one `course grade` call, once per test session (every xdist worker
+    reads the same results): (results by (student, lesson), the grading folder, what course grade said)."""
+    shared = tmp_path_factory.getbasetemp()
+    shared = shared.parent if shared.name.startswith("popen-gw") else shared   # xdist: one folder for all workers
+    folder = shared / "graded-banks"
+    with open(shared / "graded-banks.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (folder / "done.json").is_file():
+            subs = folder / "submissions"
+            for lesson in sorted(PLANTED):
+                write_bank(lesson, subs)
+            proc = subprocess.run([COURSE, "grade", str(subs), "--out", str(folder / "graded"), "--timeout", "60",
+                                   "--jobs", "2"], capture_output=True, text=True, timeout=3000)
+            (folder / "done.json").write_text(json.dumps({"stdout": proc.stdout[-4000:], "stderr": proc.stderr[-4000:]}))
+    said = json.loads((folder / "done.json").read_text())
     out = folder / "graded"
-    proc = subprocess.run([COURSE, "grade", str(subs), "--out", str(out), "--timeout", "60"],
-                          capture_output=True, text=True, timeout=1800)
-    assert (out / "results.json").is_file(), f"course grade wrote no results:\n{proc.stdout}\n{proc.stderr}"
-    return proc, results_by_key(out / "results.json"), out
+    assert (out / "results.json").is_file(), f"course grade wrote no results:\n{said['stdout']}\n{said['stderr']}"
+    return results_by_key(out / "results.json"), out, said["stdout"]
 
 
 def _cells(result: dict) -> str:
@@ -73,10 +96,13 @@ def _feedback_problems(student: str, result: dict, hidden: set[str]) -> list[str
 
 @pytest.mark.slow
 @pytest.mark.parametrize("lesson", sorted(PLANTED))
-def test_grading_round_trip(lesson, tmp_path):
+def test_grading_round_trip(lesson, graded_banks):
     """Reference: full marks. Untouched: zero, graded. Each bug: loses points where it should.
     Each alternative style: full marks. Feedback: messages shown, hidden test code never."""
-    proc, results, out = grade_bank(lesson, tmp_path)
+    every, out, said = graded_banks
+    results = {key: r for key, r in every.items() if key[1] == lesson}
+    expected = {"reference", "untouched", *PLANTED[lesson]}
+    assert {student for student, _ in results} == expected, f"{lesson}: graded {sorted(results)}\n{said[-2000:]}"
     problems = []
     # A copy in nbgrader's submitted/, which the formgrader counts ("# Submissions").
     kept = {p.parent.parent.name for p in (out / "submitted").glob(f"*/{lesson}/{lesson}.ipynb")}
@@ -119,7 +145,7 @@ def test_grading_round_trip(lesson, tmp_path):
             checked += 1
     if checked < 3:
         problems.append(f"only {checked} feedback files to check")
-    assert not problems, f"{lesson}: " + "\n".join(problems) + f"\n--- course grade said:\n{proc.stdout[-2000:]}"
+    assert not problems, f"{lesson}: " + "\n".join(problems) + f"\n--- course grade said:\n{said[-2000:]}"
 
 
 def test_every_lesson_has_a_planted_bank():

@@ -41,18 +41,11 @@ import nbformat
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-COURSE = str(Path(sys.executable).parent / "course")
 HOST_PURELIB = sysconfig.get_paths()["purelib"]
 needs_make = pytest.mark.skipif(shutil.which("make") is None, reason="needs make (the handout's Makefile)")
 
 
 # -- the handout and a learner's shell -----------------------------------------------------------------
-
-def build_handout(dest: Path) -> Path:
-    proc = subprocess.run([COURSE, "dist", str(dest)], capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    return dest
-
 
 def readme_commands(handout: Path) -> dict:
     """The commands the handout's README gives, read from its text."""
@@ -181,10 +174,9 @@ def test_learner_copy_offers_only_the_learners_commands(monkeypatch, capsys):
 LEARNER_TOOLS = {"__init__", "cli", "checker", "doctor", "lab", "lessons", "hub"}   # hub: a JupyterHub reads it from the handout (deploy/)
 
 
-def test_handout_ships_the_learners_tools_and_they_import(tmp_path):
+def test_handout_ships_the_learners_tools_and_they_import(handout, tmp_path):
     """The learner's copy holds the modules its commands need, each importable there on its own; a new
     module in course/tools/ ships only if it is added here (else to dist.INSTRUCTOR_ONLY)."""
-    handout = build_handout(tmp_path / "handout")
     shipped = {p.stem for p in (handout / "course" / "tools").glob("*.py")}
     assert shipped == LEARNER_TOOLS, (f"course/tools/ in the learner's copy: {sorted(shipped)}. A module learners' "
                                       "commands do not need goes into dist.INSTRUCTOR_ONLY.")
@@ -214,8 +206,7 @@ def test_course_check_on_a_missing_notebook_is_exit_2(tmp_path, capsys):
 
 @pytest.mark.slow
 @needs_make
-def test_handout_readme_as_typed(tmp_path):
-    handout = build_handout(tmp_path / "handout")
+def test_handout_readme_as_typed(handout, tmp_path):
     cmds = readme_commands(handout)
     env = learner_env(tmp_path)
 
@@ -336,11 +327,10 @@ def test_handout_readme_as_typed(tmp_path):
 
 
 @pytest.mark.slow
-def test_handout_colab_paragraph(tmp_path):
+def test_handout_colab_paragraph(handout, tmp_path):
     """"On Colab: upload this folder, run `pip install -e .` in it, and open a notebook from notebooks/":
     a Python that already has torch (here: a venv with this environment's packages), the handout
     installed alone (no constraints.txt), then a filled-in notebook's public tests."""
-    handout = build_handout(tmp_path / "handout")
     cmds = readme_commands(handout)
     assert cmds["colab"] == "pip install -e .", cmds["colab"]
     env = learner_env(tmp_path)
