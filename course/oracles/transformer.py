@@ -45,12 +45,13 @@ def _get(module: nn.Module, dotted: str, what: str):
     """``module.a.b`` by name, or an AssertionError that tells the learner which name is missing."""
     obj = module
     for part in dotted.split("."):
-        if not hasattr(obj, part):
+        try:        # one read, not hasattr then getattr: under grading each read is a round trip to the sandbox
+            obj = getattr(obj, part)
+        except AttributeError:
             raise AssertionError(
                 f"{what} has no attribute `{dotted}`. Name the sub-modules as PyTorch's "
                 "nn.TransformerEncoderLayer does: self_attn, ff (with linear1 and linear2), norm1, norm2."
-            )
-        obj = getattr(obj, part)
+            ) from None
     return obj
 
 
@@ -91,8 +92,11 @@ def _attention_weights(attn: nn.Module) -> dict[str, torch.Tensor]:
 
 def _n_heads(attn: nn.Module) -> int:
     for name in ("num_heads", "n_heads", "h"):
-        if hasattr(attn, name):
-            return int(getattr(attn, name))
+        try:
+            value = getattr(attn, name)
+        except AttributeError:
+            continue
+        return int(value)
     raise AssertionError("your self_attn does not say how many heads it has (no num_heads or n_heads attribute).")
 
 
@@ -228,8 +232,10 @@ def with_torch_norms(block: nn.Module) -> nn.Module:
 
 def _cross_attention(ours: nn.Module, what: str):
     for name in ("cross_attn", "multihead_attn"):
-        if hasattr(ours, name):
+        try:
             return getattr(ours, name)
+        except AttributeError:
+            continue
     raise AssertionError(f"{what} has no attribute `cross_attn`: name the cross-attention module cross_attn "
                          "(nn.MultiheadAttention(d_model, n_heads, batch_first=True)).")
 
