@@ -4,10 +4,10 @@ Per lesson: the reference solution (must get full marks), the untouched student 
 zero, graded without crashing), every planted classic bug (must lose points in each cell it names)
 and every correct alternative style (must keep full marks).
 
-Every lesson's bank is graded in one `course grade` batch, shared by the per-lesson tests: a batch
-pays its judges' and sandboxes' start-up once (about 10 CPU-seconds), not once per lesson. Under
-pytest-xdist the first worker to need it grades (both cores: `--jobs 2`) while the other waits on a
-lock, then reads the same results.
+The banks of the selected lessons (all of them in `make test`) are graded in one `course grade`
+batch, shared by the per-lesson tests: a batch pays its judges' and sandboxes' start-up once (about
+10 CPU-seconds), not once per lesson. Under pytest-xdist the first worker to need it grades (one
+judge per core) while the others wait on a lock, then read the same results.
 """
 
 from __future__ import annotations
@@ -51,8 +51,8 @@ def graded_banks(request, tmp_path_factory) -> tuple[dict, Path, str]:
             subs = folder / "submissions"
             for lesson in lessons:
                 write_bank(lesson, subs)
-            proc = subprocess.run([COURSE, "grade", str(subs), "--out", str(folder / "graded"), "--timeout", "60",
-                                   "--jobs", "2"], capture_output=True, text=True, timeout=3000)
+            proc = subprocess.run([COURSE, "grade", str(subs), "--out", str(folder / "graded"), "--timeout", "60"],
+                                  capture_output=True, text=True, timeout=3000)
             (folder / "done.json").write_text(json.dumps({"stdout": proc.stdout[-4000:], "stderr": proc.stderr[-4000:]}))
     said = json.loads((folder / "done.json").read_text())
     out = folder / "graded"
