@@ -53,10 +53,10 @@ def check(condition: bool, message: str) -> None:
 
 def call(fn: Callable, *args, what: str | None = None, **kwargs):
     """Call the learner's ``fn``; a missing implementation becomes a readable failure."""
-    name = what or getattr(fn, "__name__", "your function")
     try:
         return fn(*args, **kwargs)
     except NotImplementedError:
+        name = what or getattr(fn, "__name__", "your function")     # only now: under grading, a read is a round trip
         raise AssertionError(f"{name} is not implemented yet: replace the `raise NotImplementedError(...)` line with your code.") from None
 
 
@@ -266,18 +266,18 @@ def forbid(fn, *names: str, why: str, limit: int | None = None):
     """
     from course import forbidden
 
-    label = getattr(fn, "__name__", "your code")
     if FORBIDDEN_TAMPERING:
         raise AssertionError(f"your notebook reaches around the check of forbidden calls ({'; '.join(FORBIDDEN_TAMPERING[:3])}): "
                              f"this exercise asks you to {why}, and tests that check it fail for a notebook that does this.")
     found = _forbidden_in_source(_source(fn), names)
     if found:
-        raise AssertionError(f"{label} uses {', '.join(found[:3])}: this exercise asks you to {why}, "
-                             f"without calling {' or '.join(names)}.")
+        raise AssertionError(f"{getattr(fn, '__name__', 'your code')} uses {', '.join(found[:3])}: this exercise asks "
+                             f"you to {why}, without calling {' or '.join(names)}.")
     if FORBIDDEN_HOOK is not None:                   # under grading: block them inside the sandbox
         with FORBIDDEN_HOOK(names, why, limit):
             yield
         return
+    label = getattr(fn, "__name__", "your code")     # read only here: under grading, a read is a round trip
     called: list[str] = []
     saved = []
 

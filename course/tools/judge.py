@@ -182,8 +182,11 @@ class Remote:
         self._r("setattr", name=name, value=_outgoing(value))
 
     def __call__(self, *args, **kwargs):
-        return self._r("call", args=_outgoing(args), kwargs=_outgoing(kwargs), grad=torch.is_grad_enabled(),
-                       mutable=wire.tensors((args, kwargs)))
+        walk = _Walk()           # one walk: the copies to send, the judge's tensors among them, any stand-in
+        args, kwargs, mutable = _outgoing(args, walk, 1), _outgoing(kwargs, walk, 1), walk.tensors
+        # the worker skips its own walks where they would find nothing (no tensor to watch, no handle to resolve)
+        return self._r("call", args=args, kwargs=kwargs, grad=torch.is_grad_enabled(), mutable=mutable,
+                       tensors=bool(mutable), handles=walk.handles)
 
     def __getitem__(self, key):
         return self._r("getitem", key=_outgoing(key))
@@ -242,18 +245,36 @@ def _copy_back(originals: list, mutated: list) -> None:
             dst.data = src.clone()
 
 
-def _outgoing(value):
-    """Judge-side values on their way into the sandbox: stand-ins become handles."""
+class _Walk:
+    """What :func:`_outgoing` saw on its way: the judge's own tensors, in the order :func:`wire.tensors`
+    names them, and whether any stand-in became a handle."""
+
+    __slots__ = ("tensors", "handles")
+
+    def __init__(self):
+        self.tensors: list = []
+        self.handles = False
+
+
+def _outgoing(value, walk: _Walk | None = None, depth: int = 0):
+    """Judge-side values on their way into the sandbox: stand-ins become handles, tensors copies. With
+    ``walk``, also note what :class:`_Walk` holds (``depth``: as :func:`wire.tensors` counts it)."""
     if type(value) in _ATOMS:          # the leaves of a test's nested data (thousands per call): as they are
         return value
     if isinstance(value, Remote) or type(value) is Remote:
+        if walk is not None:
+            walk.handles = True
         return wire.Handle(object.__getattribute__(value, "_r_id"))
-    if type(value) in (list, tuple):
-        return type(value)(_outgoing(v) for v in value)
+    if type(value) is list:
+        return [_outgoing(v, walk, depth + 1) for v in value]
+    if type(value) is tuple:
+        return tuple([_outgoing(v, walk, depth + 1) for v in value])
     if type(value) is dict:
-        return {k: _outgoing(v) for k, v in value.items()}
+        return {k: _outgoing(v, walk, depth + 1) for k, v in value.items()}
     if isinstance(value, torch.Tensor):
-        return value.detach().clone() if not isinstance(value, torch.nn.Parameter) else value.detach().clone()
+        if walk is not None and depth <= 50 and issubclass(type(value), torch.Tensor):
+            walk.tensors.append(value)          # wire.tensors descends 50 levels of containers
+        return value.detach().clone()
     if callable(value) and not isinstance(value, (type, torch.nn.Module, torch.Generator)) and \
             getattr(value, "__module__", "") in ("__main__", None, "judge"):
         raise TypeError("a test cannot pass a function defined in the test to the learner's code")

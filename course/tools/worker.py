@@ -84,6 +84,9 @@ def _same(before, t) -> bool:
     return now[0] == dtype and now[1] == shape and (raw is None or torch.equal(now[2], raw))
 
 
+_ATOMS = frozenset({str, int, float, bool, type(None), bytes, complex})
+
+
 class Worker:
     def __init__(self, rfd: int, wfd: int):
         from course.tools import wire
@@ -114,10 +117,14 @@ class Worker:
     def resolve(self, v):
         from course.tools.wire import Handle
 
+        if type(v) in _ATOMS:
+            return v
         if isinstance(v, Handle):
             return self.objects[v.id]
-        if type(v) in (list, tuple):
-            return type(v)(self.resolve(x) for x in v)
+        if type(v) is list:
+            return [self.resolve(x) for x in v]
+        if type(v) is tuple:
+            return tuple([self.resolve(x) for x in v])
         if type(v) is dict:
             return {k: self.resolve(x) for k, x in v.items()}
         return v
@@ -268,8 +275,12 @@ class Worker:
             if op == "call":
                 # Tensors the judge passed are copies: any the call changed in place travel back, so
                 # the test sees the change as it would in the notebook.
-                tensors = self.wire.tensors((req["args"], req["kwargs"]))     # before handles are resolved
-                args, kwargs = self.resolve(req["args"]), self.resolve(req["kwargs"])
+                # (the judge says when a walk would find nothing: no tensor to watch, no handle to resolve)
+                tensors = self.wire.tensors((req["args"], req["kwargs"])) if req.get("tensors", True) else []
+                if req.get("handles", True):        # before handles are resolved
+                    args, kwargs = self.resolve(req["args"]), self.resolve(req["kwargs"])
+                else:                               # the request's own fresh copies, as resolve would give
+                    args, kwargs = req["args"], req["kwargs"]
                 before = [(t._version, _raw(t)) for t in tensors]
                 with self.watched():
                     value = obj(*args, **kwargs)
