@@ -41,6 +41,10 @@ __all__ = [
 ]
 
 
+_NAMES = ("Name the sub-modules as PyTorch's nn.TransformerEncoderLayer does: self_attn, ff (with linear1 and "
+          "linear2), norm1, norm2.")
+
+
 def _get(module: nn.Module, dotted: str, what: str):
     """``module.a.b`` by name, or an AssertionError that tells the learner which name is missing."""
     obj = module
@@ -48,41 +52,74 @@ def _get(module: nn.Module, dotted: str, what: str):
         try:        # one read, not hasattr then getattr: under grading each read is a round trip to the sandbox
             obj = getattr(obj, part)
         except AttributeError:
-            raise AssertionError(
-                f"{what} has no attribute `{dotted}`. Name the sub-modules as PyTorch's "
-                "nn.TransformerEncoderLayer does: self_attn, ff (with linear1 and linear2), norm1, norm2."
-            ) from None
+            raise AssertionError(f"{what} has no attribute `{dotted}`. {_NAMES}") from None
     return obj
 
 
-def _feed_forward(ours: nn.Module):
-    """The two linear layers of the block's feed-forward network: ``ff.linear1/2`` or ``linear1/2``."""
-    owner = ours.ff if hasattr(ours, "ff") else ours
-    what = "your EncoderBlock's feed-forward network (self.ff)" if owner is not ours else "your EncoderBlock"
-    return _get(owner, "linear1", what), _get(owner, "linear2", what)
+def _state(module: nn.Module, what: str) -> dict[str, torch.Tensor]:
+    """``module.state_dict()``, read once. Under grading every read of a learner's module is a round trip
+    to the sandbox: one ``state_dict()`` brings all of a block's tensors in one, where reading them name
+    by name took about forty."""
+    try:
+        state_dict = module.state_dict
+    except AttributeError:
+        raise AssertionError(f"{what} should be an nn.Module (it has no state_dict).") from None
+    return dict(state_dict())
 
 
-def _attention_weights(attn: nn.Module) -> dict[str, torch.Tensor]:
-    """The attention's parameters under ``nn.MultiheadAttention``'s names."""
+def _under(state: dict, prefix: str) -> dict:
+    """The entries of ``state`` below ``prefix.``, with the prefix taken off."""
+    cut = len(prefix) + 1
+    return {k[cut:]: v for k, v in state.items() if k.startswith(prefix + ".")}
+
+
+def _need(state: dict, key: str, what: str):
+    try:
+        return state[key]
+    except KeyError:
+        raise AssertionError(f"{what} has no parameter `{key}`. {_NAMES}") from None
+
+
+def _feed_forward(state: dict, what: str) -> dict[str, torch.Tensor]:
+    """The block's feed-forward weights (``ff.linear1/2`` or ``linear1/2``) under PyTorch's names."""
+    prefix = "ff." if any(k.startswith("ff.") for k in state) else ""
+    owner = f"{what}'s feed-forward network (self.ff)" if prefix else what
+    out = {}
+    for name in ("linear1", "linear2"):
+        out[f"{name}.weight"] = _need(state, f"{prefix}{name}.weight", owner)
+        if f"{prefix}{name}.bias" in state:
+            out[f"{name}.bias"] = state[f"{prefix}{name}.bias"]
+    return out
+
+
+def _norms(state: dict, names, what: str) -> dict[str, torch.Tensor]:
+    return {f"{name}.{p}": _need(state, f"{name}.{p}", what) for name in names for p in ("weight", "bias")}
+
+
+def _attention_weights(attn: nn.Module, state: dict) -> dict[str, torch.Tensor]:
+    """The attention's parameters under ``nn.MultiheadAttention``'s names; ``state``: its state dict."""
     if isinstance(attn, nn.MultiheadAttention):
-        if attn.in_proj_weight is None:
+        if "in_proj_weight" not in state:
             raise AssertionError(
                 "your self_attn was built with kdim/vdim different from d_model; an encoder block's "
                 "self-attention uses nn.MultiheadAttention(d_model, n_heads, batch_first=True)."
             )
-        out = {"in_proj_weight": attn.in_proj_weight, "out_proj.weight": attn.out_proj.weight}
-        if attn.in_proj_bias is not None:
-            out["in_proj_bias"] = attn.in_proj_bias
-            out["out_proj.bias"] = attn.out_proj.bias
-        return out
-    if all(hasattr(attn, n) for n in ("w_q", "w_k", "w_v", "w_o")):  # lesson 06's MultiHeadAttention
+        names = ("in_proj_weight", "out_proj.weight") + (("in_proj_bias", "out_proj.bias") if "in_proj_bias" in state else ())
+        return {n: _need(state, n, "your self_attn") for n in names}
+    projections = ("w_q", "w_k", "w_v", "w_o")
+    if all(f"{n}.weight" in state for n in projections):           # lesson 06's MultiHeadAttention
         out = {
-            "in_proj_weight": torch.cat([attn.w_q.weight, attn.w_k.weight, attn.w_v.weight], dim=0),  # (3D, D)
-            "out_proj.weight": attn.w_o.weight,
+            "in_proj_weight": torch.cat([state[f"{n}.weight"] for n in projections[:3]], dim=0),  # (3D, D)
+            "out_proj.weight": state["w_o.weight"],
         }
-        if attn.w_q.bias is not None:
-            out["in_proj_bias"] = torch.cat([attn.w_q.bias, attn.w_k.bias, attn.w_v.bias], dim=0)  # (3D,)
-            out["out_proj.bias"] = attn.w_o.bias
+        biases = [f"{n}.bias" for n in projections]
+        if any(b in state for b in biases):
+            missing = [b for b in biases if b not in state]
+            if missing:
+                raise AssertionError(f"your self_attn has no {', '.join(missing)} while its other projections have a "
+                                     "bias: keep bias=True in w_q, w_k, w_v and w_o, as nn.MultiheadAttention does.")
+            out["in_proj_bias"] = torch.cat([state[b] for b in biases[:3]], dim=0)   # (3D,)
+            out["out_proj.bias"] = state["w_o.bias"]
         return out
     raise AssertionError(
         f"your self_attn is a {type(attn).__name__}; use nn.MultiheadAttention(d_model, n_heads, "
@@ -100,31 +137,33 @@ def _n_heads(attn: nn.Module) -> int:
     raise AssertionError("your self_attn does not say how many heads it has (no num_heads or n_heads attribute).")
 
 
-def encoder_layer_state_dict(ours: nn.Module) -> dict[str, torch.Tensor]:
+def encoder_layer_state_dict(ours: nn.Module, state: dict | None = None) -> dict[str, torch.Tensor]:
     """The learner's block's weights under ``nn.TransformerEncoderLayer``'s parameter names.
 
     Args:
         ours: an encoder block with sub-modules ``self_attn``, ``ff.linear1``, ``ff.linear2``,
             ``norm1``, ``norm2`` (see the module docstring for the mapping).
+        state: ``ours.state_dict()`` when the caller has it already.
 
     Returns:
         A state dict (detached clones) that ``nn.TransformerEncoderLayer.load_state_dict`` accepts.
     """
-    state = {f"self_attn.{k}": v for k, v in _attention_weights(_get(ours, "self_attn", "your EncoderBlock")).items()}
-    linear1, linear2 = _feed_forward(ours)
-    for name, lin in (("linear1", linear1), ("linear2", linear2)):
-        state[f"{name}.weight"] = lin.weight
-        if lin.bias is not None:
-            state[f"{name}.bias"] = lin.bias
-    for name in ("norm1", "norm2"):
-        norm = _get(ours, name, "your EncoderBlock")
-        state[f"{name}.weight"] = _get(norm, "weight", f"your EncoderBlock's {name}")
-        state[f"{name}.bias"] = _get(norm, "bias", f"your EncoderBlock's {name}")
-    return {k: v.detach().clone() for k, v in state.items()}
+    return _encoder_weights(ours, state)[0]
+
+
+def _encoder_weights(ours: nn.Module, state: dict | None):
+    """(:func:`encoder_layer_state_dict`, the block's ``self_attn``)."""
+    what = "your EncoderBlock"
+    state = _state(ours, what) if state is None else state
+    attn = _get(ours, "self_attn", what)
+    out = {f"self_attn.{k}": v for k, v in _attention_weights(attn, _under(state, "self_attn")).items()}
+    out.update(_feed_forward(state, what))
+    out.update(_norms(state, ("norm1", "norm2"), what))
+    return {k: v.detach().clone() for k, v in out.items()}, attn
 
 
 def to_torch_encoder_layer(ours: nn.Module, *, norm_first: bool | None = None, dropout: float = 0.0,
-                           activation: str = "relu") -> nn.TransformerEncoderLayer:
+                           activation: str = "relu", state: dict | None = None) -> nn.TransformerEncoderLayer:
     """PyTorch's ``nn.TransformerEncoderLayer`` holding a copy of the learner's block's weights.
 
     Args:
@@ -132,27 +171,27 @@ def to_torch_encoder_layer(ours: nn.Module, *, norm_first: bool | None = None, d
         norm_first: pre-norm (True) or post-norm (False); by default read from ``ours.norm_first``.
         dropout: the PyTorch layer's dropout (compare in eval mode, or with 0.0).
         activation: the feed-forward activation (``"relu"`` as in the original Transformer).
+        state: ``ours.state_dict()`` when the caller has it already.
 
     Returns:
         An ``nn.TransformerEncoderLayer(batch_first=True)`` on the learner's device and dtype, in the
         same train/eval mode as ``ours``, whose forward should equal ``ours.forward``.
     """
     if norm_first is None:
-        if not hasattr(ours, "norm_first"):
-            raise AssertionError("your EncoderBlock should remember its setting: store `self.norm_first = norm_first` in __init__.")
-        norm_first = bool(ours.norm_first)
-    attn = _get(ours, "self_attn", "your EncoderBlock")
-    linear1, _ = _feed_forward(ours)
+        try:
+            norm_first = bool(ours.norm_first)
+        except AttributeError:
+            raise AssertionError("your EncoderBlock should remember its setting: store `self.norm_first = norm_first` in __init__.") from None
+    weights, attn = _encoder_weights(ours, state)
+    linear1 = weights["linear1.weight"]                                        # (d_ff, D)
     norm1 = _get(ours, "norm1", "your EncoderBlock")
-    d_model = int(_get(norm1, "weight", "your EncoderBlock's norm1").numel())
-    eps = float(getattr(norm1, "eps", 1e-5))
     layer = nn.TransformerEncoderLayer(
-        d_model, _n_heads(attn), dim_feedforward=linear1.out_features, dropout=dropout, activation=activation,
-        layer_norm_eps=eps, batch_first=True, norm_first=norm_first,
+        int(weights["norm1.weight"].numel()), _n_heads(attn),
+        dim_feedforward=linear1.shape[0], dropout=dropout, activation=activation,
+        layer_norm_eps=float(getattr(norm1, "eps", 1e-5)), batch_first=True, norm_first=norm_first,
     )
-    param = linear1.weight
-    layer = layer.to(device=param.device, dtype=param.dtype)
-    missing, unexpected = layer.load_state_dict(encoder_layer_state_dict(ours), strict=False)
+    layer = layer.to(device=linear1.device, dtype=linear1.dtype)
+    missing, unexpected = layer.load_state_dict(weights, strict=False)
     if missing or unexpected:
         raise AssertionError(
             f"your EncoderBlock's weights do not fit nn.TransformerEncoderLayer: missing {sorted(missing)}, "
@@ -171,7 +210,8 @@ def load_torch_encoder_layer(ours: nn.Module, layer: nn.TransformerEncoderLayer)
     attn = _get(ours, "self_attn", "your EncoderBlock")
     if not isinstance(attn, nn.MultiheadAttention):
         raise AssertionError("load_torch_encoder_layer needs self_attn to be an nn.MultiheadAttention.")
-    linear1, linear2 = _feed_forward(ours)
+    owner = _get(ours, "ff", "your EncoderBlock") if hasattr(ours, "ff") else ours
+    linear1, linear2 = _get(owner, "linear1", "your EncoderBlock"), _get(owner, "linear2", "your EncoderBlock")
     pairs = [
         (attn.in_proj_weight, layer.self_attn.in_proj_weight), (attn.in_proj_bias, layer.self_attn.in_proj_bias),
         (attn.out_proj.weight, layer.self_attn.out_proj.weight), (attn.out_proj.bias, layer.self_attn.out_proj.bias),
@@ -233,55 +273,58 @@ def with_torch_norms(block: nn.Module) -> nn.Module:
 def _cross_attention(ours: nn.Module, what: str):
     for name in ("cross_attn", "multihead_attn"):
         try:
-            return getattr(ours, name)
+            return getattr(ours, name), name
         except AttributeError:
             continue
     raise AssertionError(f"{what} has no attribute `cross_attn`: name the cross-attention module cross_attn "
                          "(nn.MultiheadAttention(d_model, n_heads, batch_first=True)).")
 
 
-def decoder_layer_state_dict(ours: nn.Module, what: str = "your DecoderBlock") -> dict[str, torch.Tensor]:
+def decoder_layer_state_dict(ours: nn.Module, what: str = "your DecoderBlock",
+                             state: dict | None = None) -> dict[str, torch.Tensor]:
     """The learner's decoder block's weights under ``nn.TransformerDecoderLayer``'s parameter names.
 
     Args:
         ours: a decoder block with ``self_attn``, ``cross_attn``, ``linear1``/``linear2`` (or
             ``ff.linear1``/``ff.linear2``), ``norm1``, ``norm2``, ``norm3``.
+        state: ``ours.state_dict()`` when the caller has it already.
 
     Returns:
         A state dict (detached clones) that ``nn.TransformerDecoderLayer.load_state_dict`` accepts.
     """
-    state = {f"self_attn.{k}": v for k, v in _attention_weights(_get(ours, "self_attn", what)).items()}
-    state.update({f"multihead_attn.{k}": v for k, v in _attention_weights(_cross_attention(ours, what)).items()})
-    linear1, linear2 = _feed_forward(ours)
-    for name, lin in (("linear1", linear1), ("linear2", linear2)):
-        state[f"{name}.weight"] = lin.weight
-        if lin.bias is not None:
-            state[f"{name}.bias"] = lin.bias
-    for name in ("norm1", "norm2", "norm3"):
-        norm = _get(ours, name, what)
-        state[f"{name}.weight"] = _get(norm, "weight", f"{what}'s {name}")
-        state[f"{name}.bias"] = _get(norm, "bias", f"{what}'s {name}")
-    return {k: v.detach().clone() for k, v in state.items()}
+    return _decoder_weights(ours, what, state)[0]
+
+
+def _decoder_weights(ours: nn.Module, what: str, state: dict | None):
+    """(:func:`decoder_layer_state_dict`, the block's ``self_attn``)."""
+    state = _state(ours, what) if state is None else state
+    attn = _get(ours, "self_attn", what)
+    out = {f"self_attn.{k}": v for k, v in _attention_weights(attn, _under(state, "self_attn")).items()}
+    cross, name = _cross_attention(ours, what)
+    out.update({f"multihead_attn.{k}": v for k, v in _attention_weights(cross, _under(state, name)).items()})
+    out.update(_feed_forward(state, what))
+    out.update(_norms(state, ("norm1", "norm2", "norm3"), what))
+    return {k: v.detach().clone() for k, v in out.items()}, attn
 
 
 def to_torch_decoder_layer(ours: nn.Module, *, norm_first: bool | None = None, dropout: float = 0.0,
-                           what: str = "your DecoderBlock") -> nn.TransformerDecoderLayer:
+                           what: str = "your DecoderBlock", state: dict | None = None) -> nn.TransformerDecoderLayer:
     """PyTorch's ``nn.TransformerDecoderLayer(batch_first=True)`` holding a copy of the learner's block's weights.
 
     ``norm_first`` is read from ``ours.norm_first`` when not given (False if the block has none). The
-    layer is on the learner's device and dtype, in the same train/eval mode as ``ours``.
+    layer is on the learner's device and dtype, in the same train/eval mode as ``ours``. ``state``:
+    ``ours.state_dict()`` when the caller has it already.
     """
     if norm_first is None:
         norm_first = bool(getattr(ours, "norm_first", False))
-    attn = _get(ours, "self_attn", what)
-    linear1, _ = _feed_forward(ours)
+    weights, attn = _decoder_weights(ours, what, state)
+    linear1 = weights["linear1.weight"]                                        # (d_ff, D)
     norm1 = _get(ours, "norm1", what)
-    d_model = int(_get(norm1, "weight", f"{what}'s norm1").numel())
     layer = nn.TransformerDecoderLayer(
-        d_model, _n_heads(attn), dim_feedforward=linear1.out_features, dropout=dropout,
-        layer_norm_eps=float(getattr(norm1, "eps", 1e-5)), batch_first=True, norm_first=norm_first,
-    ).to(device=linear1.weight.device, dtype=linear1.weight.dtype)
-    missing, unexpected = layer.load_state_dict(decoder_layer_state_dict(ours, what), strict=False)
+        int(weights["norm1.weight"].numel()), _n_heads(attn), dim_feedforward=linear1.shape[0],
+        dropout=dropout, layer_norm_eps=float(getattr(norm1, "eps", 1e-5)), batch_first=True, norm_first=norm_first,
+    ).to(device=linear1.device, dtype=linear1.dtype)
+    missing, unexpected = layer.load_state_dict(weights, strict=False)
     if missing or unexpected:
         raise AssertionError(f"{what}'s weights do not fit nn.TransformerDecoderLayer: missing {sorted(missing)}, "
                              f"unexpected {sorted(unexpected)}. Keep bias=True everywhere, as PyTorch's layer does.")
@@ -331,34 +374,35 @@ def to_torch_transformer(ours: nn.Module, what: str = "your Transformer") -> Tor
     if not enc_layers or not dec_layers:
         raise AssertionError(f"{what} needs at least one encoder and one decoder layer.")
     norm_first = bool(getattr(ours, "norm_first", False))
+    state = _state(ours, what)           # every tensor at once (a layer kept outside state_dict reads its own)
 
     def final_norm(name):
-        norm = getattr(ours, name, None)
-        if norm is None:
-            return None
-        copy_ = nn.LayerNorm(norm.weight.shape[-1], eps=float(getattr(norm, "eps", 1e-5)),
-                             device=norm.weight.device, dtype=norm.weight.dtype)
-        copy_.load_state_dict({"weight": norm.weight.detach().clone(), "bias": norm.bias.detach().clone()})
+        if f"{name}.weight" not in state:
+            return None if getattr(ours, name, None) is None else _need(state, f"{name}.weight", what)
+        weight = state[f"{name}.weight"]
+        copy_ = nn.LayerNorm(weight.shape[-1], eps=float(getattr(_get(ours, name, what), "eps", 1e-5)),
+                             device=weight.device, dtype=weight.dtype)
+        copy_.load_state_dict({"weight": weight.detach().clone(), "bias": _need(state, f"{name}.bias", what).detach().clone()})
         return copy_
 
-    first_enc = to_torch_encoder_layer(enc_layers[0], norm_first=norm_first)
-    first_dec = to_torch_decoder_layer(dec_layers[0], norm_first=norm_first, what=f"{what}'s decoder layer")
-    d_model = int(_get(ours, "src_embed", what).weight.shape[1])
+    encoder = [to_torch_encoder_layer(layer, norm_first=norm_first, state=_under(state, f"encoder_layers.{i}") or None)
+               for i, layer in enumerate(enc_layers)]
+    decoder = [to_torch_decoder_layer(layer, norm_first=norm_first, what=f"{what}'s decoder layer",
+                                      state=_under(state, f"decoder_layers.{i}") or None) for i, layer in enumerate(dec_layers)]
+    d_model = int(_need(state, "src_embed.weight", what).shape[1])
     transformer = nn.Transformer(
-        d_model, nhead=first_enc.self_attn.num_heads, batch_first=True,
-        custom_encoder=nn.TransformerEncoder(first_enc, len(enc_layers), enable_nested_tensor=False),
-        custom_decoder=nn.TransformerDecoder(first_dec, len(dec_layers)))
+        d_model, nhead=encoder[0].self_attn.num_heads, batch_first=True,
+        custom_encoder=nn.TransformerEncoder(encoder[0], len(encoder), enable_nested_tensor=False),
+        custom_decoder=nn.TransformerDecoder(decoder[0], len(decoder)))
     # nn.Transformer re-initialises every weight matrix of its stacks: the copies go in afterwards
-    transformer.encoder.layers = nn.ModuleList([to_torch_encoder_layer(layer, norm_first=norm_first) for layer in enc_layers])
-    transformer.decoder.layers = nn.ModuleList([to_torch_decoder_layer(layer, norm_first=norm_first, what=f"{what}'s decoder layer")
-                                                for layer in dec_layers])
+    transformer.encoder.layers, transformer.decoder.layers = nn.ModuleList(encoder), nn.ModuleList(decoder)
     transformer.encoder.norm, transformer.decoder.norm = final_norm("encoder_norm"), final_norm("decoder_norm")
     # fresh modules holding copies of the weights (read as tensors: this also works on the grader's stand-ins)
-    src_embed, tgt_embed = (nn.Embedding.from_pretrained(_get(ours, n, what).weight.detach().clone())
+    src_embed, tgt_embed = (nn.Embedding.from_pretrained(_need(state, f"{n}.weight", what).detach().clone())
                             for n in ("src_embed", "tgt_embed"))
-    out = _get(ours, "generator", what)
-    generator = nn.Linear(out.in_features, out.out_features, bias=out.bias is not None,
-                          device=out.weight.device, dtype=out.weight.dtype)
-    generator.load_state_dict({k: v.detach().clone() for k, v in out.state_dict().items()})
-    pe = _get(ours, "pe", what).detach().clone()
+    weight = _need(state, "generator.weight", what)                           # (V, D)
+    generator = nn.Linear(weight.shape[1], weight.shape[0], bias="generator.bias" in state,
+                          device=weight.device, dtype=weight.dtype)
+    generator.load_state_dict({k: v.detach().clone() for k, v in _under(state, "generator").items()})
+    pe = (state["pe"] if "pe" in state else _get(ours, "pe", what)).detach().clone()
     return TorchTransformer(src_embed, tgt_embed, pe, transformer, generator, d_model).eval()
