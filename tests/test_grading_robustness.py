@@ -387,6 +387,11 @@ def test_a_sandbox_that_fails_is_a_grader_error_not_a_zero(tmp_path, monkeypatch
         r = results_by_key(tmp_path / "out" / "results.json")[("alice", LESSON)]
         assert r["status"] == "grader-error" and r["score"] == 0, r
         assert "sandbox failed" in r["detail"], r["detail"]
+        # Every cell is 0 where the instructor looks: results.json, grades.csv and nbgrader's gradebook.
+        assert all(c["points"] == 0 and not c["passed"] for c in r["cells"]), r["cells"]
+        from nbgrader.api import Gradebook
+        with Gradebook(f"sqlite:///{tmp_path / 'out' / 'gradebook.db'}") as gb:
+            assert gb.find_submission(LESSON, "alice").score == 0
     assert len(calls) == 2                                     # the re-run graded it again
 
 
@@ -415,6 +420,40 @@ def test_a_notebook_at_its_process_limit_ends_without_restarts(tmp_path):
     cell = result["cells"][0]
     assert not cell["passed"] and "every process and thread" in cell["message"], result
     assert result["events"] == ["died: process limit reached (cell 2); the notebook was stopped there"], result["events"]
+
+
+KILL_WHAT_RUNS_NEXT = """
+import os, signal, time
+if os.fork() == 0:                       # a daemon that kills every other process of its sandbox, again and again
+    os.setsid()
+    me, end = os.getpid(), time.time() + 60
+    while time.time() < end:
+        for p in os.listdir("/proc"):
+            if p.isdigit() and int(p) not in (1, me):
+                try:
+                    os.kill(int(p), signal.SIGKILL)
+                except OSError:
+                    pass
+        time.sleep(0.02)
+    os._exit(0)
+def f():
+    return 1
+"""
+
+
+def test_a_notebook_that_keeps_killing_itself_is_its_own_doing(tmp_path, monkeypatch):
+    """A learner's cell leaves a process that kills whatever runs next. Each restart replays that cell, so
+    the notebook dies again and again: past MAX_RESTARTS it ends as the learner's doing (`kernel-died`,
+    the remaining cells 0), never `grader-error`, which would ask the instructor to grade it again forever."""
+    from course.tools import judge
+
+    monkeypatch.setattr(judge, "MAX_RESTARTS", 1)
+    source, sub = _lesson(tmp_path, KILL_WHAT_RUNS_NEXT, "import time\ntime.sleep(1)\nassert f() == 1", after="x = 1")
+    result = _judge(tmp_path, source, sub, timeout=10)
+    events = result["events"]
+    assert not any(e.startswith("sandbox:") for e in events), events
+    assert any(e.startswith("died too often: the notebook was stopped 2 times") for e in events), events
+    assert not result["cells"][0]["passed"], result["cells"]
 
 
 def test_the_worker_loads_the_forbidden_call_check_before_it_forks():

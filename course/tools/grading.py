@@ -1148,6 +1148,9 @@ def grade(submissions: Path, out: Path, *, timeout: int = 60, lessons: list[str]
             if broken:
                 problems.append("the grader's sandbox failed: " + "; ".join(broken))
                 res.score = 0.0   # as every grader-error: nothing counts until it is graded again
+                res.cells = [CellResult(c.grade_id, 0.0, c.max_points, False,
+                                        "not graded: the grader's sandbox failed (graded again by the next run)")
+                             for c in res.cells]      # so the gradebook and feedback say 0 too, as results.json
             res.status = ("grader-error" if broken else "suspicious" if judged.get("suspicious") else
                           "kernel-died" if deaths else
                           "timeout" if timeouts else "test-cells-deleted" if deleted else "graded")

@@ -62,6 +62,12 @@ class WorkerGone(Exception):
         self.timeout = timeout
 
 
+class Exhausted(WorkerGone):
+    """The learner's code stopped its worker more than ``MAX_RESTARTS`` times in one notebook (it died,
+    ran out of time, or was killed by a process the learner left running): the learner's doing, not the
+    grader's, so the remaining cells score 0 and the verdict is ``kernel-died``, never ``grader-error``."""
+
+
 class ProcessLimit(WorkerGone):
     """The test's fork could not start: the learner's code holds every process and thread its sandbox may
     have. A restart would replay the same cells into the same state, so the notebook ends here."""
@@ -1010,20 +1016,41 @@ def grade_submission(spec: dict) -> dict:
     phase = {"start": 0.0, "cells": 0.0, "tests": 0.0}
 
     def restart(reason: str):
+        """A fresh worker with the learner's cells so far replayed. A sandbox that fails to start raises
+        WorkerGone (the grader's failure); a replayed cell that dies again counts as one more stop, and
+        more than MAX_RESTARTS stops raise Exhausted (the learner's)."""
         nonlocal restarts
-        session.stop(graceful=False)
-        restarts += 1
-        if restarts > MAX_RESTARTS:
-            raise WorkerGone("the notebook was stopped too many times; the remaining cells were not graded")
-        s0 = time.perf_counter()
-        session.start()
-        phase["start"] += time.perf_counter() - s0
-        for idx, src in executed:
-            session.deadline = min(time.monotonic() + timeout, total_deadline)
+        while True:
+            session.stop(graceful=False)
+            restarts += 1
+            if restarts > MAX_RESTARTS:
+                raise Exhausted(f"the notebook was stopped {restarts} times (it died or ran out of time again "
+                                "after each restart); the remaining cells were not graded")
+            s0 = time.perf_counter()
+            session.start()
+            phase["start"] += time.perf_counter() - s0
             try:
-                session.request("cell", source=src, index=idx)
-            finally:
-                session.deadline = None
+                for idx, src in executed:
+                    session.deadline = min(time.monotonic() + timeout, total_deadline)
+                    try:
+                        session.request("cell", source=src, index=idx)
+                    finally:
+                        session.deadline = None
+            except WorkerGone as exc:
+                events.append(f"{'timeout' if exc.timeout else 'died'}: replaying cell {idx}")
+                continue
+            return
+
+    def restart_or_stop(reason: str) -> bool:
+        """``restart``; False when the notebook ends here (the event says whose failure it was)."""
+        try:
+            restart(reason)
+            return True
+        except Exhausted as exc:
+            events.append(f"died too often: {exc}")
+        except WorkerGone as exc:
+            events.append(f"sandbox: {exc}")
+        return False
 
     try:
         s0 = time.perf_counter()
@@ -1064,11 +1091,7 @@ def grade_submission(spec: dict) -> dict:
                 if results[gid].get("restart"):
                     fork = None
                     events.append(results[gid]["restart"])
-                    try:
-                        restart(results[gid]["restart"])
-                    except WorkerGone as exc:
-                        events.append(str(exc))
-                        dead = True
+                    dead = not restart_or_stop(results[gid]["restart"])
                 continue
             if meta.get("grade") or cell.get("id") in experiments:
                 continue
@@ -1086,11 +1109,7 @@ def grade_submission(spec: dict) -> dict:
                 outputs[idx] = {"output": "", "error": {"type": "CellTimeoutError" if exc.timeout else "DeadKernel",
                                                         "message": _message(exc, timeout)}}
                 events.append(f"{what}: cell {idx}")
-                try:
-                    restart(what)
-                except WorkerGone as exc2:
-                    events.append(f"sandbox: {exc2}")
-                    dead = True
+                dead = not restart_or_stop(what)
             finally:
                 session.deadline = None
                 phase["cells"] += time.perf_counter() - c0
