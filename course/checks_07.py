@@ -48,9 +48,11 @@ def switch_off_sublayers(block):
 
 
 def make_block(cls, d_model, n_heads, d_ff, *, norm_first, generator, dropout=0.0):
-    """A fresh ``cls(d_model, n_heads, d_ff, dropout=..., norm_first=...)`` in eval mode, with random norms."""
+    """A fresh ``cls(d_model, n_heads, d_ff, dropout=..., norm_first=...)`` in eval mode, with random weights
+    chosen by the test (:func:`course.checks.randomise_weights`) and two different random norms."""
     block = checks.call(cls, d_model, n_heads, d_ff, dropout=dropout, norm_first=norm_first,
                         what="EncoderBlock.__init__").eval()
+    checks.randomise_weights(block, generator, "your EncoderBlock")
     return randomise_norms(block, generator)
 
 

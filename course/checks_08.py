@@ -208,9 +208,11 @@ def randomise_norms(block, generator: torch.Generator, names=("norm1", "norm2", 
 
 
 def make_decoder_block(cls, d_model, n_heads, d_ff, *, norm_first, generator, dropout=0.0):
-    """A fresh ``cls(d_model, n_heads, d_ff, dropout=..., norm_first=...)`` in eval mode, with random norms."""
+    """A fresh ``cls(d_model, n_heads, d_ff, dropout=..., norm_first=...)`` in eval mode, with random weights
+    chosen by the test (:func:`course.checks.randomise_weights`) and three different random norms."""
     block = checks.call(cls, d_model, n_heads, d_ff, dropout=dropout, norm_first=norm_first,
                         what="DecoderBlock.__init__").eval()
+    checks.randomise_weights(block, generator, "your DecoderBlock")
     return randomise_norms(block, generator)
 
 

@@ -291,6 +291,32 @@ MHA_NAN_TO_NUM_STYLE = _mha(mask_and_softmax='''
         weights = torch.nan_to_num(torch.softmax(scores, dim=-1), nan=0.0)
 ''')
 
+# Weights zeroed in __init__ and never read: PyTorch's layer holding a copy of them returns zeros and uniform
+# weights too, so only weights the test chooses can tell (checks.randomise_weights).
+MHA_COMPUTES_NOTHING = '''
+class MultiHeadAttention(nn.Module):
+    def __init__(self, d_model, n_heads, dropout=0.0, bias=True):
+        super().__init__()
+        if d_model % n_heads:
+            raise ValueError(f"d_model = {d_model} is not divisible by n_heads = {n_heads}")
+        self.n_heads, self.d_head = n_heads, d_model // n_heads
+        self.w_q = nn.Linear(d_model, d_model, bias=bias)
+        self.w_k = nn.Linear(d_model, d_model, bias=bias)
+        self.w_v = nn.Linear(d_model, d_model, bias=bias)
+        self.w_o = nn.Linear(d_model, d_model, bias=bias)
+        for p in self.parameters():
+            nn.init.zeros_(p)                        # nothing below ever reads them
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, query, key, value, mask=None):
+        B, T_q, T_k = query.shape[0], query.shape[1], key.shape[1]
+        mask = masks.attention_mask(mask, B=B, H=self.n_heads, T_q=T_q, T_k=T_k)
+        allowed = torch.ones(B, self.n_heads, T_q, T_k) if mask is None else mask.expand(B, self.n_heads, T_q, T_k).float()
+        weights = self.dropout(allowed / allowed.sum(-1, keepdim=True).clamp(min=1))
+        return torch.zeros_like(query), weights
+'''
+
+
 VARIANTS = {
     # ---- split / merge
     "merge_heads_without_transpose": {
@@ -378,6 +404,10 @@ VARIANTS = {
     "mha_calls_scaled_dot_product_attention": {
         "replace": {"MultiHeadAttention": MHA_CALLS_SDPA},
         "must_fail": ["test_mha_matches_torch", "test_mha_masks"],
+    },
+    "mha_computes_nothing_zero_init": {
+        "replace": {"MultiHeadAttention": MHA_COMPUTES_NOTHING},
+        "must_fail": ["test_mha_matches_torch", "test_mha_cross_attention", "test_mha_masks"],
     },
     # ---- correct alternative styles: full marks
     "split_merge_unflatten_permute_style": {

@@ -320,6 +320,27 @@ class EncoderBlock(nn.Module):
         return layer(x, src_mask=src_mask)
 '''
 
+# Both sublayers' output projections zeroed in __init__ and skipped in forward: PyTorch's layer with a copy of
+# those zeros agrees, unless the test chooses the weights (checks.randomise_weights in make_block).
+BLOCK_ZERO_SUBLAYERS = '''
+class EncoderBlock(nn.Module):
+    def __init__(self, d_model, n_heads, d_ff, dropout=0.0, norm_first=False):
+        super().__init__()
+        self.norm_first = norm_first
+        self.self_attn = nn.MultiheadAttention(d_model, n_heads, dropout=dropout, batch_first=True)
+        self.ff = FeedForward(d_model, d_ff, dropout)
+        self.norm1, self.norm2 = LayerNorm(d_model), LayerNorm(d_model)
+        self.dropout1, self.dropout2 = nn.Dropout(dropout), nn.Dropout(dropout)
+        for p in (self.self_attn.out_proj.weight, self.ff.linear2.weight, self.ff.linear2.bias):
+            nn.init.zeros_(p)                        # both sublayers output 0: nothing to compute
+
+    def forward(self, x, mask=None):
+        B, T, D = x.shape
+        masks.attention_mask(mask, B=B, H=self.self_attn.num_heads, T_q=T, T_k=T)   # refuses a 3-D mask
+        return x if self.norm_first else self.norm2(self.norm1(x))
+'''
+
+
 VARIANTS = {
     # sinusoidal_encoding
     "pe_sin_cos_in_halves": {"replace": {"sinusoidal_encoding": PE_HALVES},
@@ -378,6 +399,9 @@ VARIANTS = {
     "block_delegates_to_torch_layer": {"replace": {"EncoderBlock": BLOCK_DELEGATES_TO_TORCH},
                                        "must_fail": ["test_encoder_block_matches_torch_post_norm",
                                                      "test_encoder_block_matches_torch_pre_norm"]},
+    "block_zero_sublayers": {"replace": {"EncoderBlock": BLOCK_ZERO_SUBLAYERS},
+                             "must_fail": ["test_encoder_block_matches_torch_post_norm",
+                                           "test_encoder_block_matches_torch_pre_norm", "test_encoder_block_masks"]},
     "block_float_mask_style": {"replace": {"EncoderBlock": BLOCK_FLOAT_MASK_STYLE}, "must_fail": []},
 }
 

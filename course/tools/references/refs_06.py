@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from course import checks_06
+from course import checks, checks_06
 from course.oracles.attention import to_torch_attn_mask, to_torch_mha
 
 __all__ = ["reference", "compare"]
@@ -35,6 +35,9 @@ def compare(cls, mha, query, key, value, what, mask=None, *, hint_weights="", hi
     With a mask, forbidden keys must also get exactly zero weight. Every query row must keep at least
     one allowed key (PyTorch returns NaN for the others; the fully-masked case has its own test).
     """
+    # Weights the test chose: a module that ignores its own (zero output projection, returning zeros)
+    # would otherwise agree with PyTorch's layer holding a copy of them.
+    checks.randomise_weights(mha, torch.Generator().manual_seed(606), "your MultiHeadAttention")
     want = reference(mha, query, key, value, mask)
     args = (query, key, value) if mask is None else (query, key, value, mask)
     checks_06.check_against(cls, mha, args, want, what, hint_weights=hint_weights, hint_out=hint_out)

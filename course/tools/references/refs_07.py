@@ -33,7 +33,7 @@ def torch_block_output(block, x, mask=None):
 
 
 def compare_with_torch(cls, x, what, *, norm_first, n_heads, d_ff, generator, mask=None, dropout=0.0, hint=""):
-    """A fresh ``cls(D, n_heads, d_ff, dropout=..., norm_first=...)`` in eval mode, with random norms, equals
+    """A fresh ``cls(D, n_heads, d_ff, dropout=..., norm_first=...)`` in eval mode, with random weights, equals
     PyTorch's layer on ``x``. Returns the block."""
     block = checks_07.make_block(cls, x.shape[-1], n_heads, d_ff, norm_first=norm_first, generator=generator,
                                  dropout=dropout)

@@ -112,6 +112,7 @@ def compare_model_with_torch(cls, model, src, tgt, src_mask, what):
     pe = model.pe
     checks.check_close(pe, sinusoidal(pe.shape[0], pe.shape[1]), f"{what}: the position table pe", atol=1e-5,
                        hint="pe[p, 2i] = sin(p / 10000^(2i/D)), pe[p, 2i+1] = cos(p / 10000^(2i/D)).")
+    checks.randomise_weights(model, torch.Generator().manual_seed(808), "your Transformer")    # weights the test chose
     want = to_torch_transformer(model)(src, tgt, src_mask).detach()
     got = checks_08.call_model(cls, model, src, tgt, src_mask)
     checks.check_close(got, want, what, atol=1e-5,
