@@ -147,3 +147,36 @@ def test_needs_n_heads_and_matching_biases():
     m.w_o = nn.Linear(4, 4, bias=False)
     with pytest.raises(ValueError):
         to_torch_mha(m)
+
+
+class AliasedMHA(RefMHA):
+    """The four layers in a ModuleList; w_q, w_k, w_v, w_o are read-only aliases (properties)."""
+
+    def __init__(self, d_model, n_heads, bias=True):
+        nn.Module.__init__(self)
+        self.n_heads, self.d_head, self.dropout = n_heads, d_model // n_heads, 0.0
+        self.proj = nn.ModuleList(nn.Linear(d_model, d_model, bias=bias) for _ in range(4))
+
+    w_q = property(lambda self: self.proj[0])
+    w_k = property(lambda self: self.proj[1])
+    w_v = property(lambda self: self.proj[2])
+    w_o = property(lambda self: self.proj[3])
+
+
+def _weight_normed(d_model, n_heads):
+    m = RefMHA(d_model, n_heads)
+    for name in ("w_q", "w_k", "w_v", "w_o"):
+        nn.utils.parametrizations.weight_norm(getattr(m, name))
+    return m
+
+
+@pytest.mark.parametrize("make", [lambda: AliasedMHA(16, 4), lambda: AliasedMHA(12, 3, bias=False),
+                                  lambda: _weight_normed(16, 4)], ids=["property-aliases", "aliases-no-bias", "weight-norm"])
+def test_layers_not_registered_under_their_names_still_convert(make):
+    """The oracle reads one state_dict(); a correct module whose w_q..w_o are not registered under those
+    names (properties over a list, a parametrized Linear) is read by attribute instead."""
+    torch.manual_seed(1)
+    ours = make().eval()
+    q, k, v = _inputs(2, 5, 5, ours.n_heads * ours.d_head)
+    torch.testing.assert_close(to_torch_mha(ours)(q, k, v, average_attn_weights=False)[0], ours(q, k, v)[0],
+                               atol=1e-5, rtol=1e-5)

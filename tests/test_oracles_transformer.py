@@ -281,3 +281,22 @@ def test_decoder_bridge_names_the_missing_piece():
     del block.cross_attn
     with pytest.raises(AssertionError, match="cross_attn"):
         to_torch_decoder_layer(block)
+
+
+class AliasedCrossDecoderBlock(RefDecoderBlock):
+    """The cross-attention registered as ``src_attn``; ``cross_attn`` is a property alias of it."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.src_attn = self._modules.pop("cross_attn")
+
+    cross_attn = property(lambda self: self.src_attn)
+
+
+def test_a_cross_attention_alias_still_converts():
+    """The oracle reads the block's state_dict() once; an attention whose documented name is an alias of
+    a sub-module registered under another name is read by itself."""
+    torch.manual_seed(12)
+    ours = _randomise(AliasedCrossDecoderBlock(16, 4, 32, True), 13).eval()
+    x, memory = torch.randn(2, 5, 16), torch.randn(2, 6, 16)
+    torch.testing.assert_close(to_torch_decoder_layer(ours).eval()(x, memory), ours(x, memory), atol=1e-5, rtol=1e-5)

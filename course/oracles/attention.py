@@ -54,8 +54,17 @@ def to_torch_mha(ours: nn.Module, n_heads: int | None = None) -> nn.MultiheadAtt
     names = ("w_q", "w_k", "w_v", "w_o")
     for name in names:
         if f"{name}.weight" not in state:
-            raise AttributeError(f"to_torch_mha needs four nn.Linear(d_model, d_model) layers w_q, w_k, w_v, w_o; "
-                                 f"{type(ours).__name__} has no {name}.weight.")
+            # Not registered under that name (a property over a list of layers, a parametrized Linear):
+            # read the attribute itself, as an nn.Linear.
+            layer = getattr(ours, name, None)
+            weight = getattr(layer, "weight", None)
+            if not isinstance(weight, torch.Tensor):
+                raise AttributeError(f"to_torch_mha needs four nn.Linear(d_model, d_model) layers w_q, w_k, w_v, w_o; "
+                                     f"{type(ours).__name__} has no {name}.weight.")
+            state[f"{name}.weight"] = weight.detach()
+            bias = getattr(layer, "bias", None)
+            if isinstance(bias, torch.Tensor):
+                state[f"{name}.bias"] = bias.detach()
     d_model = state["w_q.weight"].shape[1]
     if n_heads is None:
         n_heads = getattr(ours, "n_heads", None) or getattr(ours, "h", None)

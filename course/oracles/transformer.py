@@ -96,16 +96,23 @@ def _norms(state: dict, names, what: str) -> dict[str, torch.Tensor]:
     return {f"{name}.{p}": _need(state, f"{name}.{p}", what) for name in names for p in ("weight", "bias")}
 
 
-def _attention_weights(attn: nn.Module, state: dict) -> dict[str, torch.Tensor]:
-    """The attention's parameters under ``nn.MultiheadAttention``'s names; ``state``: its state dict."""
+def _sub_state(state: dict, prefix: str, sub: nn.Module, what: str) -> dict:
+    """The entries of the block's ``state`` below ``prefix``; where there are none (the attribute is an
+    alias, e.g. a property, of a sub-module registered under another name), ``sub.state_dict()`` itself."""
+    return _under(state, prefix) or _state(sub, what)
+
+
+def _attention_weights(attn: nn.Module, state: dict, what: str = "your self_attn") -> dict[str, torch.Tensor]:
+    """The attention's parameters under ``nn.MultiheadAttention``'s names; ``state``: its state dict;
+    ``what``: how messages name it."""
     if isinstance(attn, nn.MultiheadAttention):
         if "in_proj_weight" not in state:
             raise AssertionError(
-                "your self_attn was built with kdim/vdim different from d_model; an encoder block's "
-                "self-attention uses nn.MultiheadAttention(d_model, n_heads, batch_first=True)."
+                f"{what} was built with kdim/vdim different from d_model; a block's attention uses "
+                "nn.MultiheadAttention(d_model, n_heads, batch_first=True)."
             )
         names = ("in_proj_weight", "out_proj.weight") + (("in_proj_bias", "out_proj.bias") if "in_proj_bias" in state else ())
-        return {n: _need(state, n, "your self_attn") for n in names}
+        return {n: _need(state, n, what) for n in names}
     projections = ("w_q", "w_k", "w_v", "w_o")
     if all(f"{n}.weight" in state for n in projections):           # lesson 06's MultiHeadAttention
         out = {
@@ -116,13 +123,13 @@ def _attention_weights(attn: nn.Module, state: dict) -> dict[str, torch.Tensor]:
         if any(b in state for b in biases):
             missing = [b for b in biases if b not in state]
             if missing:
-                raise AssertionError(f"your self_attn has no {', '.join(missing)} while its other projections have a "
+                raise AssertionError(f"{what} has no {', '.join(missing)} while its other projections have a "
                                      "bias: keep bias=True in w_q, w_k, w_v and w_o, as nn.MultiheadAttention does.")
             out["in_proj_bias"] = torch.cat([state[b] for b in biases[:3]], dim=0)   # (3D,)
             out["out_proj.bias"] = state["w_o.bias"]
         return out
     raise AssertionError(
-        f"your self_attn is a {type(attn).__name__}; use nn.MultiheadAttention(d_model, n_heads, "
+        f"{what} is a {type(attn).__name__}; use nn.MultiheadAttention(d_model, n_heads, "
         "batch_first=True) (or lesson 06's MultiHeadAttention with w_q, w_k, w_v, w_o)."
     )
 
@@ -156,7 +163,8 @@ def _encoder_weights(ours: nn.Module, state: dict | None):
     what = "your EncoderBlock"
     state = _state(ours, what) if state is None else state
     attn = _get(ours, "self_attn", what)
-    out = {f"self_attn.{k}": v for k, v in _attention_weights(attn, _under(state, "self_attn")).items()}
+    self_state = _sub_state(state, "self_attn", attn, "your self_attn")
+    out = {f"self_attn.{k}": v for k, v in _attention_weights(attn, self_state).items()}
     out.update(_feed_forward(state, what))
     out.update(_norms(state, ("norm1", "norm2"), what))
     return {k: v.detach().clone() for k, v in out.items()}, attn
@@ -299,9 +307,11 @@ def _decoder_weights(ours: nn.Module, what: str, state: dict | None):
     """(:func:`decoder_layer_state_dict`, the block's ``self_attn``)."""
     state = _state(ours, what) if state is None else state
     attn = _get(ours, "self_attn", what)
-    out = {f"self_attn.{k}": v for k, v in _attention_weights(attn, _under(state, "self_attn")).items()}
+    self_state = _sub_state(state, "self_attn", attn, "your self_attn")
+    out = {f"self_attn.{k}": v for k, v in _attention_weights(attn, self_state).items()}
     cross, name = _cross_attention(ours, what)
-    out.update({f"multihead_attn.{k}": v for k, v in _attention_weights(cross, _under(state, name)).items()})
+    cross_state = _sub_state(state, name, cross, f"your {name}")
+    out.update({f"multihead_attn.{k}": v for k, v in _attention_weights(cross, cross_state, f"your {name}").items()})
     out.update(_feed_forward(state, what))
     out.update(_norms(state, ("norm1", "norm2", "norm3"), what))
     return {k: v.detach().clone() for k, v in out.items()}, attn
