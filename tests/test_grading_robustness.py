@@ -307,12 +307,37 @@ assert torch.equal(states[1]["w"], w_before), "f changed a state_dict it was giv
     ("def f(x, states):\n    x.mul_(2)\n    return x", False),                           # in place, on the argument
     ("def f(x, states):\n    states[1]['w'].add_(1)\n    return x + 1", False),         # in place, nested
     ("def f(x, states):\n    x.data.mul_(2)\n    return x", False),                      # behind autograd's back
+    ("def f(x, states):\n    states[1]['w'] = states[1]['w'] + 1\n    return x", False),    # an entry rebound
+    ("def f(x, states):\n    states[1] = {'w': torch.ones(2)}\n    return x", False),       # an item replaced
+    ("def f(x, states):\n    states.append({})\n    return x", False),                      # an item added
+    ("def f(x, states):\n    out = dict(states[1])\n    out['w'] = out['w'] + 1\n    return x", True),   # a new dict
+    # the check's own pieces, replaced by a name the scans do not read: the change is still seen
+    ("import sys\nvars(sys.modules['_'.join(['', '', 'main', '', ''])]).update(_same=lambda *a: True)\n"
+     "def f(x, states):\n    x.data.mul_(2)\n    return x", False),
 ])
 def test_a_learners_in_place_change_reaches_the_test(tmp_path, solution, passes):
     """Tensors passed to learner code are copies in the sandbox; the changes a call makes to them in
     place come back to the test's own tensors, so `assert torch.equal(x, x_before)` sees what it would
     see in the notebook."""
     source, sub = _lesson(tmp_path, solution, MUTATION_TEST)
+    result = _judge(tmp_path, source, sub)
+    assert [c["passed"] for c in result["cells"]] == [passes], result
+
+
+STATE_DICT_TEST = MUTATION_TEST.replace('states = [{"w": torch.zeros(2)}, {"w": torch.zeros(2)}]',
+                                         'import collections\nstates = [collections.OrderedDict(w=torch.zeros(2)), '
+                                         'collections.OrderedDict(w=torch.zeros(2))]')
+
+
+@pytest.mark.parametrize("solution, passes", [
+    ("def f(x, states):\n    return x, [dict(s) for s in states]", True),
+    ("def f(x, states):\n    states[1]['w'].add_(1)\n    return x", False),
+    ("def f(x, states):\n    states[1]['w'] = torch.ones(2)\n    return x", False),
+])
+def test_a_change_inside_a_state_dict_reaches_the_test(tmp_path, solution, passes):
+    """state_dict() returns an OrderedDict: the tensors in one passed to learner code are watched as a
+    dict's are, and so are its entries (lesson 08's average_checkpoints takes a list of them)."""
+    source, sub = _lesson(tmp_path, solution, STATE_DICT_TEST)
     result = _judge(tmp_path, source, sub)
     assert [c["passed"] for c in result["cells"]] == [passes], result
 

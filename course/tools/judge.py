@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import ast
 import builtins
+import collections
 import functools
 import os
 import random
@@ -192,7 +193,7 @@ class Remote:
         args, kwargs, mutable = _outgoing(args, walk, 1), _outgoing(kwargs, walk, 1), walk.tensors
         # the worker skips its own walks where they would find nothing (no tensor to watch, no handle to resolve)
         return self._r("call", args=args, kwargs=kwargs, grad=torch.is_grad_enabled(), mutable=mutable,
-                       tensors=bool(mutable), handles=walk.handles)
+                       tensors=bool(mutable), handles=walk.handles, containers=checks.in_place_changes_seen())
 
     def __getitem__(self, key):
         return self._r("getitem", key=_outgoing(key))
@@ -277,6 +278,8 @@ def _outgoing(value, walk: _Walk | None = None, depth: int = 0):
         return tuple([_outgoing(v, walk, depth + 1) for v in value])
     if type(value) is dict:
         return {k: _outgoing(v, walk, depth + 1) for k, v in value.items()}
+    if type(value) is collections.OrderedDict:        # a state_dict: walked as a dict is (wire.tensors)
+        return collections.OrderedDict((k, _outgoing(v, walk, depth + 1)) for k, v in value.items())
     if isinstance(value, torch.Tensor):
         if walk is not None and depth <= 50 and issubclass(type(value), torch.Tensor):
             walk.tensors.append(value)          # wire.tensors descends 50 levels of containers
@@ -605,6 +608,16 @@ class Session:
             raise WorkerGone("the sandbox broke the grading protocol (a malformed answer)")
         if mutable and isinstance(reply.get("mutated"), list) and checks.in_place_changes_seen():
             _copy_back(mutable, reply["mutated"])      # only where a test checks its inputs (else: thrown away)
+        if checks.in_place_changes_seen() and kw.get("containers"):
+            if reply.get("tampered"):
+                if len(self.lies) < 5:
+                    self.lies.append(f"replaced {', '.join(map(str, reply['tampered']))}, the check of changes to inputs")
+                raise AssertionError("your code replaced part of the grader's check of changes to a function's inputs.")
+            if reply.get("rebound") is True:
+                # An entry of a list or dict the test passed was replaced, added or removed: a change the
+                # test would see in the notebook, which cannot be copied back onto its own containers.
+                raise AssertionError("your code changed a list or dict it was given (replaced, added or removed an "
+                                     "entry): it must leave its inputs as they were and return a new one.")
         if reply.get("ok") is True:
             return reply.get("value") if "missing" not in reply else _MISSING
         raise _rebuild_error(self._withheld(reply.get("error") or {}))

@@ -15,6 +15,7 @@ Every read has a deadline that covers the whole message, not just its first byte
 
 from __future__ import annotations
 
+import collections
 import io
 import json
 import os
@@ -68,7 +69,7 @@ class Handle:
 
 def tensors(value, out: list | None = None, depth: int = 0) -> list:
     """The tensors in a call's arguments, in the one order both sides use to name them: depth first
-    through lists, tuples and dicts (those exact types), into nothing else. The judge walks the
+    through lists, tuples and dicts (those exact types, and OrderedDict: a state_dict), into nothing else. The judge walks the
     arguments it sends (its stand-ins for learner objects are not containers: skipped); the worker walks
     the request as it arrived, before its handles become the learner's objects, so an object of the
     learner's (a list of tensors, say) never shifts the count on one side only. A call that changed
@@ -79,7 +80,7 @@ def tensors(value, out: list | None = None, depth: int = 0) -> list:
     if type(value) in (list, tuple) and depth < 50:
         for v in value:
             tensors(v, out, depth + 1)
-    elif type(value) is dict and depth < 50:
+    elif (type(value) is dict or type(value) is collections.OrderedDict) and depth < 50:
         for v in value.values():
             tensors(v, out, depth + 1)
     elif issubclass(type(value), torch.Tensor):       # its real type: a stand-in's __class__ is not asked

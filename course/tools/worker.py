@@ -14,6 +14,7 @@ import os
 import sys
 import time
 import traceback
+from collections import OrderedDict as _OrderedDict
 
 OUTPUT_LIMIT = 20_000      # characters of printed output kept per cell
 
@@ -87,6 +88,46 @@ def _same(before, t) -> bool:
 _ATOMS = frozenset({str, int, float, bool, type(None), bytes, complex})
 
 
+def _wire_module():
+    from course.tools import wire
+
+    return wire
+
+
+def _containers(value, out: list, depth: int = 0) -> list:
+    """The lists and dicts (those exact types, and OrderedDict) inside a call's arguments, depth first."""
+    import collections
+
+    kind = type(value)
+    if depth >= 50:
+        return out
+    if kind is list or kind is tuple:
+        if kind is list:
+            out.append(value)
+        for v in value:
+            _containers(v, out, depth + 1)
+    elif kind is dict or kind is collections.OrderedDict:
+        out.append(value)
+        for v in value.values():
+            _containers(v, out, depth + 1)
+    return out
+
+
+def _shallow(container) -> list:
+    """What a container holds, by identity: (key, value) pairs of a dict, the items of a list."""
+    return list(container.items()) if isinstance(container, dict) else list(container)
+
+
+def _rebound(container, before: list) -> bool:
+    """Whether the container holds other objects than ``before`` (an entry replaced, added or removed)."""
+    now = _shallow(container)
+    if len(now) != len(before):
+        return True
+    if isinstance(container, dict):
+        return any(k is not k0 or v is not v0 for (k, v), (k0, v0) in zip(now, before))
+    return any(v is not v0 for v, v0 in zip(now, before))
+
+
 class Worker:
     def __init__(self, rfd: int, wfd: int):
         from course.tools import wire
@@ -127,6 +168,8 @@ class Worker:
             return tuple([self.resolve(x) for x in v])
         if type(v) is dict:
             return {k: self.resolve(x) for k, x in v.items()}
+        if type(v) is _OrderedDict:
+            return _OrderedDict((k, self.resolve(x)) for k, x in v.items())
         return v
 
     def answer(self, value):
@@ -155,7 +198,12 @@ class Worker:
                 "course.forbidden.other_threads": forbidden.__dict__.get("other_threads"),
                 "course.forbidden._tasks_created": forbidden.__dict__.get("_tasks_created"),
                 "Worker.forbid": Worker.__dict__.get("forbid"), "Worker.unforbid": Worker.__dict__.get("unforbid"),
-                "Worker.watched": Worker.__dict__.get("watched")}
+                "Worker.watched": Worker.__dict__.get("watched"),
+                # what sees a learner's changes to its inputs (checks.seeing_in_place_changes)
+                "worker._raw": globals().get("_raw"), "worker._same": globals().get("_same"),
+                "worker._containers": globals().get("_containers"), "worker._shallow": globals().get("_shallow"),
+                "worker._rebound": globals().get("_rebound"), "wire.tensors": _wire_module().__dict__.get("tensors"),
+                "wire.Handle": _wire_module().__dict__.get("Handle")}
 
     def forbid(self, names, why, limit=None, pristine=None):
         """Block the forbidden names (attribute patches) and, below them, every call of those functions
@@ -282,6 +330,10 @@ class Worker:
                 else:                               # the request's own fresh copies, as resolve would give
                     args, kwargs = req["args"], req["kwargs"]
                 before = [(t._version, _raw(t)) for t in tensors]
+                # Inside checks.seeing_in_place_changes the judge also asks whether a list or dict it passed
+                # was changed (an entry replaced, added or removed): that it cannot copy back.
+                held = _containers((args, kwargs), []) if req.get("containers") else []
+                shallow = [_shallow(c) for c in held]
                 with self.watched():
                     value = obj(*args, **kwargs)
                 reply = self.answer(value)
@@ -289,6 +341,13 @@ class Worker:
                            if t._version != version or not _same(raw, t)]
                 if changed:
                     reply["mutated"] = changed
+                if any(_rebound(c, b) for c, b in zip(held, shallow)):
+                    reply["rebound"] = True
+                if req.get("containers"):
+                    pristine = _PRISTINE or {}
+                    replaced = [k for k, v in Worker._integrity().items() if pristine and pristine.get(k) is not v]
+                    if replaced:
+                        reply["tampered"] = replaced[:3]
                 return reply
             if op == "getitem":
                 key = self.resolve(req["key"])

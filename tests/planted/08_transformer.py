@@ -188,6 +188,17 @@ def beam_search(model, src, beam_size, max_len, bos_id, eos_id, length_penalty=0
     return sorted(finished, key=lambda h: -h[1])[:beam_size]
 '''
 
+# Writes the means into the last checkpoint's own dict (rebinding its entries): the input changes, though no
+# tensor is changed in place. Under grading the dicts are copies, so the judge asks the sandbox (red team, F2).
+AVERAGE_REBINDS_LAST__AVERAGE_CHECKPOINTS = '''
+def average_checkpoints(state_dicts):
+    out = state_dicts[-1]                  # the last checkpoint: its integer counter is the one to keep
+    for key in list(out):
+        if torch.is_floating_point(out[key]):
+            out[key] = torch.stack([sd[key].double() for sd in state_dicts]).mean(dim=0).to(out[key].dtype)
+    return out
+'''
+
 AVERAGE_IN_PLACE__AVERAGE_CHECKPOINTS = '''
 def average_checkpoints(state_dicts):
     out = state_dicts[0]                                   # sums into the first checkpoint's own tensors
@@ -277,6 +288,7 @@ VARIANTS = {
     "beam_keeps_k_live": {"replace": {"beam_search": BEAM_KEEPS_K_LIVE__BEAM_SEARCH}, "must_fail": ['test_beam_search_finishes_at_eos']},
     "beam_hugging_face_stops_at_k_finished": {"replace": {"beam_search": BEAM_HUGGING_FACE_STOPS_AT_K_FINISHED__BEAM_SEARCH}, "must_fail": ['test_beam_search_finishes_at_eos', 'test_beam_search_length_penalty']},
     "average_in_place": {"replace": {"average_checkpoints": AVERAGE_IN_PLACE__AVERAGE_CHECKPOINTS}, "must_fail": ['test_average_checkpoints_mean']},
+    "average_rebinds_last": {"replace": {"average_checkpoints": AVERAGE_REBINDS_LAST__AVERAGE_CHECKPOINTS}, "must_fail": ['test_average_checkpoints_mean']},
     "decoder_hand_written_attention_style": {"replace": {"DecoderBlock": DECODER_HAND_WRITTEN_ATTENTION_STYLE__DECODERBLOCK}, "must_fail": []},
     "greedy_one_sentence_at_a_time_style": {"replace": {"greedy_decode": GREEDY_ONE_SENTENCE_AT_A_TIME_STYLE__GREEDY_DECODE}, "must_fail": []},
     "beam_heap_loop_style": {"replace": {"beam_search": BEAM_HEAP_LOOP_STYLE__BEAM_SEARCH}, "must_fail": []},
