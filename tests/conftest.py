@@ -40,16 +40,25 @@ def _one_thread():
 
 @pytest.fixture(scope="session")
 def built_handout(tmp_path_factory) -> Path:
-    """`course dist` run once per test session (per xdist worker): the learner's copy, built and audited
-    (about 20 CPU-seconds). Tests read it, or take a copy of their own (:func:`handout`) to change it."""
+    """`course dist` run once per test session, shared by the xdist workers (a file lock in their common
+    temporary folder): the learner's copy, built and audited (about 20 CPU-seconds). Tests only read it,
+    or take a copy of their own (:func:`handout`) to change it."""
     import subprocess
     import sys
 
-    dest = tmp_path_factory.mktemp("dist") / "handout"
-    proc = subprocess.run([str(Path(sys.executable).parent / "course"), "dist", str(dest)], capture_output=True,
-                          text=True, timeout=600)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "Checked: no solution, no hidden test, no graded answer." in proc.stdout, proc.stdout
+    from filelock import FileLock
+
+    shared = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        shared = shared.parent                  # pytest-N/, above each worker's popen-gwK/
+    dest = shared / "built-handout" / "handout"
+    with FileLock(str(shared / "built-handout.lock")):
+        if not (shared / "built-handout" / "ok").is_file():
+            proc = subprocess.run([str(Path(sys.executable).parent / "course"), "dist", str(dest)],
+                                  capture_output=True, text=True, timeout=600)
+            assert proc.returncode == 0, proc.stdout + proc.stderr
+            assert "Checked: no solution, no hidden test, no graded answer." in proc.stdout, proc.stdout
+            (shared / "built-handout" / "ok").write_text(proc.stdout)
     return dest
 
 
