@@ -271,7 +271,7 @@ NO_ANIMATIONS = """document.addEventListener('DOMContentLoaded', () => {
 def lesson_context(browser):
     """One browser context for the 13 lessons' pages (a new page each): JupyterLab's scripts load from
     its cache, which saved a fifth of those tests' CPU time (4 lessons: 155 -> 121 CPU-s)."""
-    ctx = browser.new_context(viewport={"width": 1400, "height": 1000}, reduced_motion="reduce")
+    ctx = browser.new_context(viewport={"width": 1000, "height": 700}, reduced_motion="reduce")
     ctx.add_init_script(NO_ANIMATIONS)
     yield ctx
     ctx.close()
