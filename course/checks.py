@@ -338,53 +338,46 @@ def set_params(module, values: dict, what: str = "your module") -> None:
     # The values must be the module's now: a test that builds its reference from them would otherwise
     # compare the learner's module with itself. (Two names of one tensor, e.g. tied weights, keep the last.)
     after = call(module.state_dict, what=f"{what}.state_dict")
-    shared = _aliases(state)
     for k, v in sent.items():
         got = after.get(k) if isinstance(after, dict) else None
-        same = isinstance(got, torch.Tensor) and tuple(got.shape) == tuple(v.shape) and torch.equal(got.detach().to("cpu", v.dtype), v.cpu())
-        check(same or k in shared, f"{what}.{k} does not hold the values the test gave it through load_state_dict: "
-                                   "leave load_state_dict and state_dict as nn.Module defines them, and keep every "
-                                   "parameter in the module (not a copy made in __init__).")
-
-
-def _aliases(state: dict) -> set[str]:
-    """The names in ``state`` whose tensor is also under another name (tied weights share one storage)."""
-    seen: dict[tuple, list[str]] = {}
-    for k, v in state.items():
-        if isinstance(v, torch.Tensor) and v.numel() and v.device.type != "meta":
-            seen.setdefault((v.untyped_storage().data_ptr(), v.storage_offset(), tuple(v.shape)), []).append(k)
-    return {k for names in seen.values() if len(names) > 1 for k in names}
+        held = isinstance(got, torch.Tensor) and tuple(got.shape) == tuple(v.shape)
+        got = got.detach().to("cpu", v.dtype) if held else None
+        # Two names of one tensor (tied weights) hold the value sent last to either of them.
+        check(held and any(tuple(w.shape) == tuple(v.shape) and torch.equal(got, w.cpu()) for w in sent.values()),
+              f"{what}.{k} does not hold the values the test gave it through load_state_dict: leave "
+              "load_state_dict and state_dict as nn.Module defines them, and keep every parameter in the module "
+              "(not a copy made in __init__).")
 
 
 def randomise_weights(module, generator: torch.Generator, what: str = "your module") -> None:
-    """Give every weight and bias of ``module`` (the floating-point entries of its ``state_dict()`` whose
-    names end with ``weight`` or ``bias``) new random values drawn from ``generator``, through
-    :func:`set_params`: a matrix N(0, 1/fan_in); a norm's gain (a name holding ``norm``) 1 + 0.3 N(0, 1);
-    any other vector 0.3 N(0, 1). Names of one tied tensor get the same values. Buffers (a position
-    table) keep theirs.
+    """Give every floating-point parameter of ``module`` (``named_parameters()``: a tied tensor once, the
+    originals of a parametrization included) new random values drawn from ``generator``, through
+    :func:`set_params`: a matrix N(0, 1/fan_in); a norm's gain (a ``weight`` under a name holding ``norm``)
+    1 + 0.3 N(0, 1); any other vector 0.3 N(0, 1). Buffers (a position table) keep theirs.
 
     A test that compares the learner's module with PyTorch's layer holding a copy of its weights must
     choose those weights itself: a module whose output ignores its weights (zero output projections,
     returning zeros) agrees with an oracle built from the zeros it was initialised with.
     """
-    state = call(module.state_dict, what=f"{what}.state_dict")
-    check(isinstance(state, dict), f"{what}.state_dict() should return a dict of tensors.")
-    groups: dict[tuple, list[str]] = {}
-    for k, v in state.items():
-        if isinstance(v, torch.Tensor) and v.is_floating_point() and v.numel() and k.endswith(("weight", "bias")):
-            groups.setdefault((v.untyped_storage().data_ptr(), v.storage_offset(), tuple(v.shape)), []).append(k)
+    params = call(module.named_parameters, what=f"{what}.named_parameters")
+    try:
+        params = params if isinstance(params, list) else list(params)     # a generator in the notebook
+    except TypeError:
+        params = []
     values = {}
-    for names in groups.values():
-        k, shape = names[0], tuple(state[names[0]].shape)
+    for item in params:
+        name, p = item if isinstance(item, (tuple, list)) and len(item) == 2 else (None, None)
+        if not (isinstance(name, str) and isinstance(p, torch.Tensor) and p.is_floating_point() and p.numel()):
+            continue
+        shape = tuple(p.shape)
         z = torch.randn(shape, generator=generator)
         if len(shape) >= 2:
-            value = z / math.sqrt(max(1, math.prod(shape[1:])))
-        elif k.endswith("weight") and "norm" in k.rsplit(".", 1)[0].lower():
-            value = 1.0 + 0.3 * z
+            values[name] = z / math.sqrt(max(1, math.prod(shape[1:])))
+        elif name.endswith("weight") and "norm" in name.rsplit(".", 1)[0].lower():
+            values[name] = 1.0 + 0.3 * z
         else:
-            value = 0.3 * z
-        values.update({name: value for name in names})
-    check(values, f"{what} has no parameter whose name ends with weight or bias.")
+            values[name] = 0.3 * z
+    check(values, f"{what} has no floating-point parameter (named_parameters() is empty).")
     set_params(module, values, what)
 
 

@@ -48,3 +48,11 @@ def test_set_params_keeps_what_it_sets():
     m = nn.Linear(3, 2)
     checks.set_params(m, {"weight": torch.ones(2, 3)}, "your layer")
     assert torch.equal(m.weight, torch.ones(2, 3))
+
+
+def test_randomise_weights_reaches_a_parametrization_and_keeps_the_output_its_own():
+    m = nn.Linear(4, 3, bias=False)
+    nn.utils.parametrizations.weight_norm(m)
+    before = m.weight.detach().clone()
+    checks.randomise_weights(m, torch.Generator().manual_seed(1), "weight-normed")
+    assert not torch.equal(m.weight.detach(), before)

@@ -309,11 +309,15 @@ assert torch.equal(states[1]["w"], w_before), "f changed a state_dict it was giv
     ("def f(x, states):\n    x.data.mul_(2)\n    return x", False),                      # behind autograd's back
     ("def f(x, states):\n    states[1]['w'] = states[1]['w'] + 1\n    return x", False),    # an entry rebound
     ("def f(x, states):\n    states[1] = {'w': torch.ones(2)}\n    return x", False),       # an item replaced
-    ("def f(x, states):\n    states.append({})\n    return x", False),                      # an item added
+    ("def f(x, states):\n    states.pop()\n    return x", False),                           # an item removed
+    ("def f(x, states):\n    states.append({})\n    return x", True),                       # added: x, states[1] unchanged
+    ("def f(x, states):\n    states[1]['extra'] = 1\n    return x", True),                  # as in the notebook
     ("def f(x, states):\n    out = dict(states[1])\n    out['w'] = out['w'] + 1\n    return x", True),   # a new dict
     # the check's own pieces, replaced by a name the scans do not read: the change is still seen
     ("import sys\nvars(sys.modules['_'.join(['', '', 'main', '', ''])]).update(_same=lambda *a: True)\n"
      "def f(x, states):\n    x.data.mul_(2)\n    return x", False),
+    ("import sys\nsetattr(vars(sys.modules['_'.join(['', '', 'main', '', ''])])['_rebound'], '__co' + 'de__', "
+     "(lambda c, b: False).__code__)\ndef f(x, states):\n    states[1]['w'] = states[1]['w'] + 1\n    return x", False),
 ])
 def test_a_learners_in_place_change_reaches_the_test(tmp_path, solution, passes):
     """Tensors passed to learner code are copies in the sandbox; the changes a call makes to them in

@@ -193,7 +193,8 @@ class Remote:
         args, kwargs, mutable = _outgoing(args, walk, 1), _outgoing(kwargs, walk, 1), walk.tensors
         # the worker skips its own walks where they would find nothing (no tensor to watch, no handle to resolve)
         return self._r("call", args=args, kwargs=kwargs, grad=torch.is_grad_enabled(), mutable=mutable,
-                       tensors=bool(mutable), handles=walk.handles, containers=checks.in_place_changes_seen())
+                       tensors=bool(mutable), handles=walk.handles, containers=checks.in_place_changes_seen(),
+                       held=walk.containers)
 
     def __getitem__(self, key):
         return self._r("getitem", key=_outgoing(key))
@@ -252,15 +253,41 @@ def _copy_back(originals: list, mutated: list) -> None:
             dst.data = src.clone()
 
 
+def _mirror(known: list, held: list, rebound) -> None:
+    """Put into the test's own lists and dicts (``held``) what the learner's call left in its copies of
+    them: ``rebound`` is [[i, contents]], each item ["o", j] (the j-th of ``known``: the call's tensors,
+    then its containers) or ["v", value]."""
+    def value(ref):
+        if isinstance(ref, list) and len(ref) == 2:
+            if ref[0] == "o" and type(ref[1]) is int and 0 <= ref[1] < len(known):
+                return known[ref[1]]
+            if ref[0] == "v":
+                return ref[1]
+        raise WorkerGone("the sandbox broke the grading protocol (a malformed change to a container)")
+
+    for entry in rebound if isinstance(rebound, list) else []:
+        if not (isinstance(entry, list) and len(entry) == 2 and type(entry[0]) is int and 0 <= entry[0] < len(held)
+                and isinstance(entry[1], list)):
+            raise WorkerGone("the sandbox broke the grading protocol (a malformed change to a container)")
+        target = held[entry[0]]
+        if isinstance(target, dict):
+            pairs = [(p[0], value(p[1])) for p in entry[1] if isinstance(p, list) and len(p) == 2]
+            target.clear()
+            target.update(pairs)
+        else:
+            target[:] = [value(r) for r in entry[1]]
+
+
 class _Walk:
     """What :func:`_outgoing` saw on its way: the judge's own tensors, in the order :func:`wire.tensors`
     names them, and whether any stand-in became a handle."""
 
-    __slots__ = ("tensors", "handles")
+    __slots__ = ("tensors", "handles", "containers")
 
     def __init__(self):
         self.tensors: list = []
         self.handles = False
+        self.containers: list = []      # the test's own lists and dicts, in the order the worker walks them
 
 
 def _outgoing(value, walk: _Walk | None = None, depth: int = 0):
@@ -273,13 +300,15 @@ def _outgoing(value, walk: _Walk | None = None, depth: int = 0):
             walk.handles = True
         return wire.Handle(object.__getattribute__(value, "_r_id"))
     if type(value) is list:
+        if walk is not None and depth < 50:
+            walk.containers.append(value)
         return [_outgoing(v, walk, depth + 1) for v in value]
     if type(value) is tuple:
         return tuple([_outgoing(v, walk, depth + 1) for v in value])
-    if type(value) is dict:
-        return {k: _outgoing(v, walk, depth + 1) for k, v in value.items()}
-    if type(value) is collections.OrderedDict:        # a state_dict: walked as a dict is (wire.tensors)
-        return collections.OrderedDict((k, _outgoing(v, walk, depth + 1)) for k, v in value.items())
+    if type(value) is dict or type(value) is collections.OrderedDict:   # a state_dict is an OrderedDict
+        if walk is not None and depth < 50:
+            walk.containers.append(value)
+        return type(value)((k, _outgoing(v, walk, depth + 1)) for k, v in value.items())
     if isinstance(value, torch.Tensor):
         if walk is not None and depth <= 50 and issubclass(type(value), torch.Tensor):
             walk.tensors.append(value)          # wire.tensors descends 50 levels of containers
@@ -587,7 +616,7 @@ class Session:
             proxy = self.proxies[hid] = Remote(self, hid, info if isinstance(info, dict) else {})
         return proxy
 
-    def request(self, op, *, mutable=None, **kw):
+    def request(self, op, *, mutable=None, held=None, **kw):
         """Send one request; the answer, as data. ``mutable``: the judge's own tensors passed in the
         call (in the order the worker walks them), to receive the changes the call made to them."""
         if self._dead() or self.wfd is None:
@@ -613,11 +642,10 @@ class Session:
                 if len(self.lies) < 5:
                     self.lies.append(f"replaced {', '.join(map(str, reply['tampered']))}, the check of changes to inputs")
                 raise AssertionError("your code replaced part of the grader's check of changes to a function's inputs.")
-            if reply.get("rebound") is True:
-                # An entry of a list or dict the test passed was replaced, added or removed: a change the
-                # test would see in the notebook, which cannot be copied back onto its own containers.
-                raise AssertionError("your code changed a list or dict it was given (replaced, added or removed an "
-                                     "entry): it must leave its inputs as they were and return a new one.")
+            if reply.get("rebound") and held is not None:
+                # An entry of a list or dict the test passed was replaced, added or removed: the same change
+                # to the test's own, so that its assertions see what they would in the notebook.
+                _mirror(list(mutable or []) + list(held), held, reply["rebound"])
         if reply.get("ok") is True:
             return reply.get("value") if "missing" not in reply else _MISSING
         raise _rebuild_error(self._withheld(reply.get("error") or {}))

@@ -94,23 +94,37 @@ def _wire_module():
     return wire
 
 
-def _containers(value, out: list, depth: int = 0) -> list:
-    """The lists and dicts (those exact types, and OrderedDict) inside a call's arguments, depth first."""
-    import collections
-
-    kind = type(value)
-    if depth >= 50:
+def _paired(sent, given, out: list, depth: int = 0) -> list:
+    """The lists and dicts (those exact types, and OrderedDict) the learner's code was given, in the order
+    the judge walks the ones it sent (``sent``: the request as it arrived; ``given``: the same, with its
+    handles resolved): depth first, none below a handle (the judge sent no container there)."""
+    if depth >= 50 or isinstance(sent, _wire_module().Handle):
         return out
+    kind = type(sent)
     if kind is list or kind is tuple:
         if kind is list:
-            out.append(value)
-        for v in value:
-            _containers(v, out, depth + 1)
-    elif kind is dict or kind is collections.OrderedDict:
-        out.append(value)
-        for v in value.values():
-            _containers(v, out, depth + 1)
+            out.append(given)
+        for a, b in zip(sent, given):
+            _paired(a, b, out, depth + 1)
+    elif kind is dict or kind is _OrderedDict:
+        out.append(given)
+        for k, v in sent.items():
+            _paired(v, given[k], out, depth + 1)
     return out
+
+
+def _now_holds(container, known: list) -> list:
+    """What a changed container holds, for the judge to put in its own: each item either ["o", j], the
+    j-th of ``known`` (the call's tensors, then its containers), or ["v", value], a new value."""
+    index = {id(o): j for j, o in enumerate(known)}
+
+    def ref(v):
+        j = index.get(id(v))
+        return ["o", j] if j is not None and known[j] is v else ["v", v]
+
+    if isinstance(container, dict):
+        return [[k, ref(v)] for k, v in container.items()]
+    return [ref(v) for v in container]
 
 
 def _shallow(container) -> list:
@@ -140,6 +154,7 @@ class Worker:
         self.next_id = 0
         self.forbidden: list = []
         self.violations: list[str] = []
+        self._held = ({}, Worker._integrity, {})     # serve() replaces it with its snapshot
 
     # -- handles ------------------------------------------------------------------------------
     def handle_of(self, obj):
@@ -201,7 +216,7 @@ class Worker:
                 "Worker.watched": Worker.__dict__.get("watched"),
                 # what sees a learner's changes to its inputs (checks.seeing_in_place_changes)
                 "worker._raw": globals().get("_raw"), "worker._same": globals().get("_same"),
-                "worker._containers": globals().get("_containers"), "worker._shallow": globals().get("_shallow"),
+                "worker._paired": globals().get("_paired"), "worker._now_holds": globals().get("_now_holds"), "worker._shallow": globals().get("_shallow"),
                 "worker._rebound": globals().get("_rebound"), "wire.tensors": _wire_module().__dict__.get("tensors"),
                 "wire.Handle": _wire_module().__dict__.get("Handle")}
 
@@ -332,7 +347,7 @@ class Worker:
                 before = [(t._version, _raw(t)) for t in tensors]
                 # Inside checks.seeing_in_place_changes the judge also asks whether a list or dict it passed
                 # was changed (an entry replaced, added or removed): that it cannot copy back.
-                held = _containers((args, kwargs), []) if req.get("containers") else []
+                held = _paired((req["args"], req["kwargs"]), (args, kwargs), []) if req.get("containers") else []
                 shallow = [_shallow(c) for c in held]
                 with self.watched():
                     value = obj(*args, **kwargs)
@@ -341,11 +356,16 @@ class Worker:
                            if t._version != version or not _same(raw, t)]
                 if changed:
                     reply["mutated"] = changed
-                if any(_rebound(c, b) for c, b in zip(held, shallow)):
-                    reply["rebound"] = True
+                rebound = [[i, _now_holds(c, list(tensors) + held)] for i, (c, b) in enumerate(zip(held, shallow))
+                           if _rebound(c, b)]
+                if rebound:              # the judge makes the same change to its own lists and dicts
+                    reply["rebound"] = rebound
                 if req.get("containers"):
-                    pristine = _PRISTINE or {}
-                    replaced = [k for k, v in Worker._integrity().items() if pristine and pristine.get(k) is not v]
+                    # against what serve() holds (not the module's _PRISTINE, which a notebook can reach), and
+                    # by code as well as by object: a function whose __code__ was swapped is the same object
+                    pristine, integrity, codes = self._held
+                    replaced = [k for k, v in integrity().items() if pristine and (
+                        pristine.get(k) is not v or codes.get(k) is not getattr(v, "__code__", None))]
                     if replaced:
                         reply["tampered"] = replaced[:3]
                 return reply
@@ -417,6 +437,7 @@ class Worker:
         # _PRISTINE, changes nothing here; unforbid reports the replaced pieces.
         forbid, unforbid, handle, integrity = Worker.forbid, Worker.unforbid, Worker.handle, Worker._integrity
         snapshot = tuple((_PRISTINE or Worker._integrity()).items())
+        self._held = (dict(snapshot), integrity, {k: getattr(v, "__code__", None) for k, v in snapshot})
         self.send({"ok": True, "value": "ready"})
         while True:
             try:
