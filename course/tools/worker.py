@@ -216,9 +216,9 @@ class Worker:
                 "Worker.watched": Worker.__dict__.get("watched"),
                 # what sees a learner's changes to its inputs (checks.seeing_in_place_changes)
                 "worker._raw": globals().get("_raw"), "worker._same": globals().get("_same"),
-                "worker._paired": globals().get("_paired"), "worker._now_holds": globals().get("_now_holds"), "worker._shallow": globals().get("_shallow"),
-                "worker._rebound": globals().get("_rebound"), "wire.tensors": _wire_module().__dict__.get("tensors"),
-                "wire.Handle": _wire_module().__dict__.get("Handle")}
+                "worker._paired": globals().get("_paired"), "worker._now_holds": globals().get("_now_holds"),
+                "worker._shallow": globals().get("_shallow"), "worker._rebound": globals().get("_rebound"),
+                "wire.tensors": _wire_module().__dict__.get("tensors"), "wire.Handle": _wire_module().__dict__.get("Handle")}
 
     def forbid(self, names, why, limit=None, pristine=None):
         """Block the forbidden names (attribute patches) and, below them, every call of those functions
@@ -345,8 +345,8 @@ class Worker:
                 else:                               # the request's own fresh copies, as resolve would give
                     args, kwargs = req["args"], req["kwargs"]
                 before = [(t._version, _raw(t)) for t in tensors]
-                # Inside checks.seeing_in_place_changes the judge also asks whether a list or dict it passed
-                # was changed (an entry replaced, added or removed): that it cannot copy back.
+                # Inside checks.seeing_in_place_changes the judge also asks which lists and dicts it passed
+                # now hold other objects (an entry rebound, added or removed), to make the same change to its own.
                 held = _paired((req["args"], req["kwargs"]), (args, kwargs), []) if req.get("containers") else []
                 shallow = [_shallow(c) for c in held]
                 with self.watched():
