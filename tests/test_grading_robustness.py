@@ -477,7 +477,8 @@ def test_a_notebook_that_keeps_killing_itself_is_its_own_doing(tmp_path, monkeyp
     from course.tools import judge
 
     monkeypatch.setattr(judge, "MAX_RESTARTS", 1)
-    source, sub = _lesson(tmp_path, KILL_WHAT_RUNS_NEXT, "import time\ntime.sleep(1)\nassert f() == 1", after="x = 1")
+    slow = "import time\ntime.sleep(2)\n"            # the daemon kills within milliseconds: never a cell that ends first
+    source, sub = _lesson(tmp_path, KILL_WHAT_RUNS_NEXT, slow + "assert f() == 1", after=slow + "x = 1")
     result = _judge(tmp_path, source, sub, timeout=10)
     events = result["events"]
     assert not any(e.startswith("sandbox:") for e in events), events
