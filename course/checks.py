@@ -326,9 +326,27 @@ def set_params(module, values: dict, what: str = "your module") -> None:
     a (partial) ``load_state_dict``, never as in-place edits of a returned copy.
     """
     state = call(module.state_dict, what=f"{what}.state_dict")
+    # A tensor under a parametrization (``weight_norm`` on an nn.Linear) is kept as its originals
+    # (``w_q.parametrizations.weight.original0`` ...); it is set by assigning the tensor, which PyTorch
+    # turns into originals (``right_inverse``), and it must read back as what was given.
+    derived = {k: values[k] for k in values if k not in state and _parametrized(state, k)}
+    values = {k: v for k, v in values.items() if k not in derived}
+    for k, v in derived.items():
+        path, leaf = k.rsplit(".", 1)
+        owner = module
+        for part in path.split("."):
+            owner = getattr(owner, part)
+        v = torch.as_tensor(v)
+        setattr(owner, leaf, v.clone())
+        got = getattr(owner, leaf)
+        check(isinstance(got, torch.Tensor) and tuple(got.shape) == tuple(v.shape)
+              and torch.allclose(got.detach().cpu().to(v.dtype), v, atol=1e-5, rtol=1e-4),
+              f"{what}.{k} (under a parametrization) does not hold the values the test gave it.")
     missing = [k for k in values if k not in state]
     check(not missing, f"{what} has no parameter called {missing[0] if missing else ''!r}; its parameters are: "
                        f"{', '.join(state) or 'none'}.")
+    if not values:
+        return
     for k, v in values.items():
         check(tuple(state[k].shape) == tuple(torch.as_tensor(v).shape),
               f"{what}.{k} has shape {tuple(state[k].shape)}; it should have shape {tuple(torch.as_tensor(v).shape)}.")
@@ -347,6 +365,19 @@ def set_params(module, values: dict, what: str = "your module") -> None:
               f"{what}.{k} does not hold the values the test gave it through load_state_dict: leave "
               "load_state_dict and state_dict as nn.Module defines them, and keep every parameter in the module "
               "(not a copy made in __init__).")
+
+
+def _parametrized(state, name: str) -> bool:
+    """Is ``name`` (``w_q.weight``) a tensor that a parametrization computes from originals in ``state``?"""
+    if "." not in name:
+        return False
+    path, leaf = name.rsplit(".", 1)
+    return any(k.startswith(f"{path}.parametrizations.{leaf}.original") for k in state)
+
+
+def has_param(state, name: str) -> bool:
+    """``name`` (``w_q.weight``) is in the state dict ``state``, as itself or as a parametrization's originals."""
+    return name in state or _parametrized(state, name)
 
 
 def randomise_weights(module, generator: torch.Generator, what: str = "your module") -> None:

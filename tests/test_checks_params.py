@@ -56,3 +56,36 @@ def test_randomise_weights_reaches_a_parametrization_and_keeps_the_output_its_ow
     before = m.weight.detach().clone()
     checks.randomise_weights(m, torch.Generator().manual_seed(1), "weight-normed")
     assert not torch.equal(m.weight.detach(), before)
+
+
+class Holder(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w_q = nn.Linear(4, 4)
+        nn.utils.parametrizations.weight_norm(self.w_q)
+
+
+def test_set_params_sets_a_tensor_under_a_parametrization_by_its_plain_name():
+    """``w_q.weight`` of a weight-normed nn.Linear lives as two originals: set by name, it reads back."""
+    m = Holder()
+    w = torch.randn(4, 4, generator=torch.Generator().manual_seed(3))
+    assert "w_q.weight" not in m.state_dict() and checks.has_param(m.state_dict(), "w_q.weight")
+    checks.set_params(m, {"w_q.weight": w, "w_q.bias": torch.zeros(4)}, "your module")
+    assert torch.allclose(m.w_q.weight, w, atol=1e-6) and torch.equal(m.w_q.bias, torch.zeros(4))
+    assert not checks.has_param(m.state_dict(), "w_k.weight")
+
+
+class ParametrizationIgnoresAssignment(nn.Module):
+    def forward(self, w):
+        return torch.zeros_like(w)              # whatever it is given, the weight reads as zeros
+
+    def right_inverse(self, w):
+        return w
+
+
+def test_set_params_refuses_a_parametrization_that_does_not_keep_what_it_is_given():
+    m = Holder()
+    m.w_k = nn.Linear(4, 4)
+    nn.utils.parametrize.register_parametrization(m.w_k, "weight", ParametrizationIgnoresAssignment())
+    with pytest.raises(AssertionError, match="does not hold the values the test gave it"):
+        checks.set_params(m, {"w_k.weight": torch.ones(4, 4)}, "your module")

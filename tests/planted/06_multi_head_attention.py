@@ -107,6 +107,12 @@ def _mha(project=_PROJECT, scores=_SCORES, mask_and_softmax=_MASK_AND_SOFTMAX, d
     return _indent_join(init, check_mask, project, scores, mask_and_softmax, dropout, output)
 
 
+# Correct: the four layers are nn.Linear under weight normalisation (their state_dict holds
+# w_q.parametrizations.weight.original0/1 instead of w_q.weight).
+MHA_WEIGHT_NORM_STYLE = _mha(init=_INIT.replace("        self.dropout = nn.Dropout(dropout)", """        for name in ("w_q", "w_k", "w_v", "w_o"):
+            nn.utils.parametrizations.weight_norm(getattr(self, name))
+        self.dropout = nn.Dropout(dropout)"""))
+
 MHA_NO_OUTPUT_PROJECTION = _mha(output='''
         return merge_heads(weights @ v), weights                # w_o is never used
 ''')
@@ -418,6 +424,7 @@ VARIANTS = {
     "mha_einsum_style": {"replace": {"MultiHeadAttention": MHA_EINSUM_STYLE}, "must_fail": []},
     "mha_loop_over_heads_style": {"replace": {"MultiHeadAttention": MHA_LOOP_OVER_HEADS_STYLE}, "must_fail": []},
     "mha_nan_to_num_style": {"replace": {"MultiHeadAttention": MHA_NAN_TO_NUM_STYLE}, "must_fail": []},
+    "mha_weight_norm_style": {"replace": {"MultiHeadAttention": MHA_WEIGHT_NORM_STYLE}, "must_fail": []},
 }
 
 # Graded only with COURSE_PLANTED=all (tests/planting.py): further variants of bugs the core bank already
