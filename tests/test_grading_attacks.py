@@ -662,6 +662,25 @@ def _cmdline(pid: int) -> bytes:
         return b""
 
 
+def _sleeping(pids: list[int]) -> bool:
+    """Is one of ``pids`` (or a child of one) in ``time.sleep`` (clock_nanosleep)? Where /proc/PID/syscall
+    cannot be read (not root), True after 3 s: the cell has surely started by then."""
+    import platform
+
+    if platform.machine() != "x86_64":
+        return _sleeping.__dict__.setdefault("since", time.monotonic()) + 3 < time.monotonic()
+    family = set(pids) | {int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit() and _parent(p) in pids}
+    for pid in family:
+        try:
+            for task in Path(f"/proc/{pid}/task").iterdir():
+                if (task / "syscall").read_text().split()[0] in ("230", "35"):     # clock_nanosleep, nanosleep
+                    return True
+        except (OSError, IndexError):
+            if pid == max(family):
+                return _sleeping.__dict__.setdefault("since", time.monotonic()) + 3 < time.monotonic()
+    return False
+
+
 def _processes_about(text: str) -> list[int]:
     """Processes whose command line names ``text``, or that run as the sandbox user in a mount of it."""
     found = []
@@ -693,8 +712,9 @@ def test_stopping_course_grade_stops_every_judge_and_sandbox(tmp_path, how):
     write_submission(subs, "sleeper", LESSON, build_submission(LESSON, {"scaled_dot_product_attention":
                                                                         "import time\ntime.sleep(600)"}))
     env = dict(os.environ, COURSE_GRADE_SCRATCH=str(scratch))
+    said = open(tmp_path / "said.txt", "w")
     proc = subprocess.Popen([COURSE, "grade", str(subs), "--out", str(tmp_path / "out"), "--timeout", "600",
-                             "--jobs", "1"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+                             "--jobs", "1"], stdout=said, stderr=subprocess.STDOUT, env=env)
     try:
         def judge_processes():
             """The fork server (a child of `course grade`) and the judges (its children; or, without pidfds,
@@ -709,14 +729,22 @@ def test_stopping_course_grade_stops_every_judge_and_sandbox(tmp_path, how):
         while time.monotonic() < end:                    # a judge, and the sandbox: bwrap, its PID 1, its worker
             started = _processes_about(str(scratch))
             judges, grading = judge_processes()
-            if len(started) >= 3 and grading:
+            sleeping = _sleeping(started)                    # the submission's cell is running
+            if len(started) >= 3 and grading and sleeping:
                 break
             time.sleep(0.5)
-        assert len(started) >= 3 and grading, f"the sandbox or the judge did not start: {started}, {judges}"
-        time.sleep(3)                                    # the submission's cell is running
+        assert len(started) >= 3 and grading and sleeping, \
+            f"the sandbox, the judge or the cell did not start: {started}, {judges}, {sleeping}"
         judges, _ = judge_processes()
         proc.send_signal(getattr(signal, how))
-        proc.wait(timeout=60)
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.send_signal(signal.SIGUSR1)              # course grade prints where each of its threads is
+            time.sleep(3)
+            said.flush()
+            pytest.fail(f"course grade still runs 60 s after {how}; it said:\n"
+                        + (tmp_path / "said.txt").read_text(errors="replace")[-6000:])
         end = time.monotonic() + 20
         while time.monotonic() < end and _processes_about(str(scratch)):
             time.sleep(0.5)
