@@ -12,8 +12,10 @@ it lives (exit 2).
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import importlib.util
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -385,11 +387,9 @@ def main(argv: list[str] | None = None) -> int:
         print(_not_here(argv[0]), file=sys.stderr)
         return 2
     args = parse_args(argv)
-    if hasattr(signal_module := __import__("signal"), "SIGUSR1"):
+    if hasattr(signal, "SIGUSR1"):
         # `kill -USR1 <pid>` prints where every thread of a command that seems stuck is (to stderr), and it goes on.
-        import faulthandler
-
-        faulthandler.register(signal_module.SIGUSR1, all_threads=True, chain=False)
+        faulthandler.register(signal.SIGUSR1, all_threads=True, chain=False)
     try:
         return int(args.func(args) or 0)
     except ModuleNotFoundError as exc:
