@@ -346,6 +346,33 @@ def test_a_change_inside_a_state_dict_reaches_the_test(tmp_path, solution, passe
     assert [c["passed"] for c in result["cells"]] == [passes], result
 
 
+DEFERRED_TEST = MUTATION_TEST.replace("    f(x, states)\n", "    out = f(x, states)\n    seen = list(out)     # the test uses what f returned\n")
+LAZY = """
+class Lazy:
+    def __init__(self, x, states):
+        self.x, self.states = x, states
+    def __iter__(self):
+{work}        return iter([1, 2])
+def f(x, states):
+    return Lazy(x, states)
+"""
+
+
+@pytest.mark.parametrize("work, passes", [
+    ("", True),                                                                   # changes nothing, ever
+    ("        self.x.mul_(2)\n", False),                                          # in place, when iterated
+    ("        self.states[1]['w'] = self.states[1]['w'] + 1\n", False),           # an entry rebound, when iterated
+    ("        self.states[1]['w'].add_(1)\n", False),                             # nested, in place, when iterated
+])
+def test_a_change_made_after_the_call_reaches_the_test(tmp_path, work, passes):
+    """Inside `checks.seeing_in_place_changes()` a call's inputs stay watched until the block ends: a
+    function that returns an object which changes the inputs later, when the test uses it, is seen as in
+    the notebook (a red team's `average_checkpoints` scored 41/41 graded that way, and failed in the notebook)."""
+    source, sub = _lesson(tmp_path, LAZY.format(work=work), DEFERRED_TEST)
+    result = _judge(tmp_path, source, sub)
+    assert [c["passed"] for c in result["cells"]] == [passes], result
+
+
 BENT_REFERENCE_TEST = """
 q = torch.ones(3)
 out = f(q)

@@ -468,6 +468,7 @@ class Session:
         self.exited = False
         self.left_behind = 0                 # files and folders the clean-up removed after this submission
         self.lies: list[str] = []            # what the worker claimed that cannot be true
+        self.watches: dict = {}              # inside a seeing block: each call's inputs, by the number the worker gave
 
     def _close_pipes(self):
         for fd in (self.rfd, self.wfd):
@@ -621,6 +622,11 @@ class Session:
         call (in the order the worker walks them), to receive the changes the call made to them."""
         if self._dead() or self.wfd is None:
             raise WorkerGone("the sandbox running the notebook died (os._exit, a crash, or out of memory)")
+        seeing = checks.in_place_changes_seen()
+        if seeing:
+            kw["seeing"] = True        # the worker watches this block's inputs until a request comes without it
+        else:
+            self.watches = {}
         try:
             payload = wire.encode_request({"op": op, **kw})
         except pickle_errors() as exc:
@@ -635,17 +641,29 @@ class Session:
         reply = self._read()
         if not isinstance(reply, dict):
             raise WorkerGone("the sandbox broke the grading protocol (a malformed answer)")
-        if mutable and isinstance(reply.get("mutated"), list) and checks.in_place_changes_seen():
+        if mutable and isinstance(reply.get("mutated"), list) and seeing:
             _copy_back(mutable, reply["mutated"])      # only where a test checks its inputs (else: thrown away)
-        if checks.in_place_changes_seen() and kw.get("containers"):
+        if seeing:
             if reply.get("tampered"):
                 if len(self.lies) < 5:
                     self.lies.append(f"replaced {', '.join(map(str, reply['tampered']))}, the check of changes to inputs")
                 raise AssertionError("your code replaced part of the grader's check of changes to a function's inputs.")
-            if reply.get("rebound") and held is not None:
+            if kw.get("containers") and reply.get("rebound") and held is not None:
                 # An entry of a list or dict the test passed was replaced, added or removed: the same change
                 # to the test's own, so that its assertions see what they would in the notebook.
                 _mirror(list(mutable or []) + list(held), held, reply["rebound"])
+            # A change made after its call (by what the call returned, when the test used it) comes with the
+            # answer that saw it: the same change to that call's inputs.
+            for entry in reply.get("later") if isinstance(reply.get("later"), list) else []:
+                watched = self.watches.get(entry[0]) if isinstance(entry, list) and len(entry) == 3 else None
+                if watched is not None:
+                    tensors, containers = watched
+                    if tensors and isinstance(entry[1], list):
+                        _copy_back(tensors, entry[1])
+                    if containers and isinstance(entry[2], list) and entry[2]:
+                        _mirror(list(tensors) + list(containers), containers, entry[2])
+            if kw.get("containers") and isinstance(reply.get("watch"), int):
+                self.watches[reply["watch"]] = (list(mutable or []), list(held or []))
         if reply.get("ok") is True:
             return reply.get("value") if "missing" not in reply else _MISSING
         raise _rebuild_error(self._withheld(reply.get("error") or {}))

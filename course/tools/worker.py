@@ -155,6 +155,7 @@ class Worker:
         self.forbidden: list = []
         self.violations: list[str] = []
         self._held = ({}, Worker._integrity, {})     # serve() replaces it with its snapshot
+        self._last_call = None       # inside a seeing block: the last call's tensors and containers
 
     # -- handles ------------------------------------------------------------------------------
     def handle_of(self, obj):
@@ -361,6 +362,7 @@ class Worker:
                 if rebound:              # the judge makes the same change to its own lists and dicts
                     reply["rebound"] = rebound
                 if req.get("containers"):
+                    self._last_call = (tensors, held)      # serve() watches them until the test's block ends
                     # against what serve() holds (not the module's _PRISTINE, which a notebook can reach), and
                     # by code as well as by object: a function whose __code__ was swapped is the same object
                     pristine, integrity, codes = self._held
@@ -436,6 +438,7 @@ class Worker:
         # an immutable tuple. A notebook that replaces Worker.forbid/unforbid/handle, or edits the module's
         # _PRISTINE, changes nothing here; unforbid reports the replaced pieces.
         forbid, unforbid, handle, integrity = Worker.forbid, Worker.unforbid, Worker.handle, Worker._integrity
+        watch, watches = Worker.watch, []     # inside a seeing block: each call's inputs, until the block ends
         snapshot = tuple((_PRISTINE or Worker._integrity()).items())
         self._held = (dict(snapshot), integrity, {k: getattr(v, "__code__", None) for k, v in snapshot})
         self.send({"ok": True, "value": "ready"})
@@ -467,12 +470,49 @@ class Worker:
                 elif op == "unforbid":
                     reply = {"ok": True, "value": unforbid(self, pristine=dict(snapshot), integrity=integrity)}
                 else:
+                    self._last_call = None
                     reply = handle(self, req)
             except _Exit:
                 return
             except BaseException as exc:  # noqa: BLE001 - reported to the judge as the student's error
                 reply = {"ok": False, "error": {"type": type(exc).__name__, "message": str(exc)[:2000]}}
+            try:
+                watch(self, req, reply, watches)
+            except BaseException as exc:  # noqa: BLE001 - a learner's object that breaks the comparison
+                reply = {"ok": False, "error": {"type": type(exc).__name__, "message": str(exc)[:2000]}}
             self.send(reply)
+
+    def watch(self, req, reply, watches: list) -> None:
+        """Inside a test's ``checks.seeing_in_place_changes`` block (the judge says so in each request), the
+        inputs of every call made in it stay watched until the block ends: a change made later (when the
+        test uses what the call returned) travels back with the answer that saw it, as ``later``:
+        [[watch, mutated, rebound]], ``watch`` being the number the call's answer gave."""
+        if not (isinstance(req, dict) and req.get("seeing")):
+            watches.clear()
+            self._last_call = None
+            return
+        later = []
+        for n, (tensors, held, before, shallow) in enumerate(watches):
+            changed = [[i, t.detach()] for i, (t, (version, raw)) in enumerate(zip(tensors, before))
+                       if t._version != version or not _same(raw, t)]
+            rebound = [[i, _now_holds(c, list(tensors) + held)] for i, (c, b) in enumerate(zip(held, shallow))
+                       if _rebound(c, b)]
+            if changed or rebound:
+                later.append([n, changed, rebound])
+                watches[n] = (tensors, held, [(t._version, _raw(t)) for t in tensors], [_shallow(c) for c in held])
+        if self._last_call is not None and len(watches) < 200:
+            tensors, held = self._last_call
+            watches.append((tensors, held, [(t._version, _raw(t)) for t in tensors], [_shallow(c) for c in held]))
+            reply["watch"] = len(watches) - 1
+        self._last_call = None
+        if later:
+            reply["later"] = later
+            # (as on the call path: against serve()'s snapshot, by object and by code)
+            pristine, integrity, codes = self._held
+            replaced = [k for k, v in integrity().items() if pristine and (
+                pristine.get(k) is not v or codes.get(k) is not getattr(v, "__code__", None))]
+            if replaced:
+                reply["tampered"] = replaced[:3]
 
     def send(self, reply):
         wire = self.wire

@@ -199,6 +199,33 @@ def average_checkpoints(state_dicts):
     return out
 '''
 
+# Right values, computed only when the result is read, into the last checkpoint's own dict (a red
+# team's: under grading it once kept full marks, as the change came after the call).
+AVERAGE_DEFERRED_WRITE__AVERAGE_CHECKPOINTS = '''
+class _Averaged:
+    def __init__(self, state_dicts):
+        self.state_dicts = list(state_dicts)
+        self.done = {}
+
+    def __iter__(self):
+        return iter(self.state_dicts[-1])
+
+    def keys(self):
+        return self.state_dicts[-1].keys()
+
+    def __getitem__(self, key):
+        if key not in self.done:
+            last = self.state_dicts[-1]
+            if torch.is_floating_point(last[key]):
+                last[key] = torch.stack([sd[key].double() for sd in self.state_dicts]).mean(dim=0).to(last[key].dtype)
+            self.done[key] = last[key]
+        return self.done[key]
+
+
+def average_checkpoints(state_dicts):
+    return _Averaged(state_dicts)
+'''
+
 AVERAGE_IN_PLACE__AVERAGE_CHECKPOINTS = '''
 def average_checkpoints(state_dicts):
     out = state_dicts[0]                                   # sums into the first checkpoint's own tensors
@@ -289,6 +316,7 @@ VARIANTS = {
     "beam_hugging_face_stops_at_k_finished": {"replace": {"beam_search": BEAM_HUGGING_FACE_STOPS_AT_K_FINISHED__BEAM_SEARCH}, "must_fail": ['test_beam_search_finishes_at_eos', 'test_beam_search_length_penalty']},
     "average_in_place": {"replace": {"average_checkpoints": AVERAGE_IN_PLACE__AVERAGE_CHECKPOINTS}, "must_fail": ['test_average_checkpoints_mean']},
     "average_rebinds_last": {"replace": {"average_checkpoints": AVERAGE_REBINDS_LAST__AVERAGE_CHECKPOINTS}, "must_fail": ['test_average_checkpoints_mean']},
+    "average_deferred_write": {"replace": {"average_checkpoints": AVERAGE_DEFERRED_WRITE__AVERAGE_CHECKPOINTS}, "must_fail": ['test_average_checkpoints_mean']},
     "decoder_hand_written_attention_style": {"replace": {"DecoderBlock": DECODER_HAND_WRITTEN_ATTENTION_STYLE__DECODERBLOCK}, "must_fail": []},
     "greedy_one_sentence_at_a_time_style": {"replace": {"greedy_decode": GREEDY_ONE_SENTENCE_AT_A_TIME_STYLE__GREEDY_DECODE}, "must_fail": []},
     "beam_heap_loop_style": {"replace": {"beam_search": BEAM_HEAP_LOOP_STYLE__BEAM_SEARCH}, "must_fail": []},
