@@ -61,7 +61,7 @@ def identity(cls, d_model, n_heads):
     values = {}
     for name in ("w_q", "w_k", "w_v", "w_o"):
         values[f"{name}.weight"] = torch.eye(d_model)
-        if f"{name}.bias" in state:
+        if checks.has_param(state, f"{name}.bias"):
             values[f"{name}.bias"] = torch.zeros(d_model)
     checks.set_params(mha, values, "your MultiHeadAttention")
     return mha

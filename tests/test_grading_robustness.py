@@ -318,6 +318,14 @@ assert torch.equal(states[1]["w"], w_before), "f changed a state_dict it was giv
      "def f(x, states):\n    x.data.mul_(2)\n    return x", False),
     ("import sys\nsetattr(vars(sys.modules['_'.join(['', '', 'main', '', ''])])['_rebound'], '__co' + 'de__', "
      "(lambda c, b: False).__code__)\ndef f(x, states):\n    states[1]['w'] = states[1]['w'] + 1\n    return x", False),
+    # PyTorch's own pieces the comparison uses, replaced (a red team's): the comparison uses C-level ones
+    ("import torch\n_real = torch.equal\ndef _eq(a, b):\n    if a.dtype is torch.uint8 and b.dtype is torch.uint8 "
+     "and a.dim() == 1:\n        return True\n    return _real(a, b)\nvars(torch)['equal'] = _eq\n"
+     "def f(x, states):\n    x.data.mul_(2)\n    return x", False),
+    ("import torch\nclass Frozen(torch.Tensor):\n    @property\n    def _version(self):\n        return self.__dict__['_fv']\n"
+     "    def detach(self):\n        return self.__dict__['_frozen'].detach()\n"
+     "def f(x, states):\n    x._frozen = x.detach().clone()\n    x._fv = x._version\n    x.__class__ = Frozen\n"
+     "    torch.Tensor.add_(x, 1.0)\n    return None", False),
 ])
 def test_a_learners_in_place_change_reaches_the_test(tmp_path, solution, passes):
     """Tensors passed to learner code are copies in the sandbox; the changes a call makes to them in
@@ -371,6 +379,27 @@ def test_a_change_made_after_the_call_reaches_the_test(tmp_path, work, passes):
     source, sub = _lesson(tmp_path, LAZY.format(work=work), DEFERRED_TEST)
     result = _judge(tmp_path, source, sub)
     assert [c["passed"] for c in result["cells"]] == [passes], result
+
+
+SWAP_THEN_CHANGE = """
+class Lazy:
+    def __init__(self, x, states):
+        self.states = states
+        states[1]['w'] = states[1]['w'].clone()      # the same values, a new tensor: nothing to see yet
+    def __iter__(self):
+        self.states[1]['w'].add_(1)                  # then a change to that new tensor, when iterated
+        return iter([1, 2])
+def f(x, states):
+    return Lazy(x, states)
+"""
+
+
+def test_a_later_change_to_a_tensor_the_call_put_in_an_input_reaches_the_test(tmp_path):
+    """A red team's: the call puts a copy in place of an input's tensor (equal values: nothing to see),
+    and the returned object changes that copy later. The container is watched for it too."""
+    source, sub = _lesson(tmp_path, SWAP_THEN_CHANGE, DEFERRED_TEST)
+    result = _judge(tmp_path, source, sub)
+    assert [c["passed"] for c in result["cells"]] == [False], result
 
 
 BENT_REFERENCE_TEST = """

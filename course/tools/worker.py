@@ -70,19 +70,53 @@ class _NoFork(Exception):
     """The test's fork could not start (the sandbox's process limit is reached)."""
 
 
-def _raw(t):
-    import torch
+_PIECES = None      # PyTorch's own C pieces the comparisons below use, taken before any learner's code runs
 
-    t = t.detach()
-    return (t.dtype, tuple(t.shape), t.contiguous().reshape(-1).view(torch.uint8).clone() if t.numel() else None)
+
+def _pieces() -> tuple:
+    """(TensorBase, DisableTorchFunction, equal, uint8): C-level, so that a notebook that replaces
+    ``torch.equal``, a tensor method, or a tensor's class (a subclass whose ``detach`` lies) cannot
+    change what a comparison sees. Taken once, in the warm sandbox; the integrity check holds them."""
+    global _PIECES
+    if _PIECES is None:
+        import torch
+
+        _PIECES = (torch._C.TensorBase, torch._C.DisableTorchFunction, torch._C._VariableFunctions.equal, torch.uint8)
+    return _PIECES
+
+
+def _raw(t):
+    """What a tensor is now: its exact class, dtype, shape and a copy of its bytes."""
+    base, plain, _, uint8 = _PIECES or _pieces()
+    with plain():
+        d = base.detach(t)
+        n = base.numel(d)
+        return (type(t), d.dtype, tuple(d.shape),
+                base.clone(base.view(base.reshape(base.contiguous(d), (-1,)), uint8)) if n else None)
 
 
 def _same(before, t) -> bool:
-    import torch
-
-    dtype, shape, raw = before
+    _, plain, equal, _ = _PIECES or _pieces()
+    kind, dtype, shape, raw = before
     now = _raw(t)
-    return now[0] == dtype and now[1] == shape and (raw is None or torch.equal(now[2], raw))
+    with plain():
+        return now[0] is kind and now[1] == dtype and now[2] == shape and (raw is None or bool(equal(now[3], raw)))
+
+
+def _now(t):
+    """A tensor's values now, as a plain tensor (whatever its class says)."""
+    base, plain, _, _ = _PIECES or _pieces()
+    with plain():
+        return base.detach(t)
+
+
+def _extra(tensors: list, held: list) -> list:
+    """Per container: the tensors it holds that are not the call's own (put there by the learner's code,
+    e.g. a copy in place of an input), with what each is now, so that a later change to them is seen."""
+    base = (_PIECES or _pieces())[0]
+    known = {id(t) for t in tensors}
+    return [[(v, _raw(v)) for v in (c.values() if isinstance(c, dict) else c)
+             if issubclass(type(v), base) and id(v) not in known] for c in held]
 
 
 _ATOMS = frozenset({str, int, float, bool, type(None), bytes, complex})
@@ -219,6 +253,8 @@ class Worker:
                 "worker._raw": globals().get("_raw"), "worker._same": globals().get("_same"),
                 "worker._paired": globals().get("_paired"), "worker._now_holds": globals().get("_now_holds"),
                 "worker._shallow": globals().get("_shallow"), "worker._rebound": globals().get("_rebound"),
+                "worker._extra": globals().get("_extra"), "worker._now": globals().get("_now"),
+                "worker._PIECES": _pieces(),
                 "wire.tensors": _wire_module().__dict__.get("tensors"), "wire.Handle": _wire_module().__dict__.get("Handle")}
 
     def forbid(self, names, why, limit=None, pristine=None):
@@ -353,7 +389,7 @@ class Worker:
                 with self.watched():
                     value = obj(*args, **kwargs)
                 reply = self.answer(value)
-                changed = [[i, t.detach()] for i, (t, (version, raw)) in enumerate(zip(tensors, before))
+                changed = [[i, _now(t)] for i, (t, (version, raw)) in enumerate(zip(tensors, before))
                            if t._version != version or not _same(raw, t)]
                 if changed:
                     reply["mutated"] = changed
@@ -491,18 +527,23 @@ class Worker:
             watches.clear()
             self._last_call = None
             return
+        def snapshot(tensors, held):
+            return (tensors, held, [(t._version, _raw(t)) for t in tensors], [_shallow(c) for c in held],
+                    _extra(tensors, held))
+
         later = []
-        for n, (tensors, held, before, shallow) in enumerate(watches):
-            changed = [[i, t.detach()] for i, (t, (version, raw)) in enumerate(zip(tensors, before))
+        for n, (tensors, held, before, shallow, extra) in enumerate(watches):
+            changed = [[i, _now(t)] for i, (t, (version, raw)) in enumerate(zip(tensors, before))
                        if t._version != version or not _same(raw, t)]
-            rebound = [[i, _now_holds(c, list(tensors) + held)] for i, (c, b) in enumerate(zip(held, shallow))
-                       if _rebound(c, b)]
+            # a container is sent again when it holds other objects, or when a tensor the learner's code
+            # put in it (not one of the call's) changed since
+            rebound = [[i, _now_holds(c, list(tensors) + held)] for i, (c, b, ex) in enumerate(zip(held, shallow, extra))
+                       if _rebound(c, b) or any(not _same(raw, v) for v, raw in ex)]
             if changed or rebound:
                 later.append([n, changed, rebound])
-                watches[n] = (tensors, held, [(t._version, _raw(t)) for t in tensors], [_shallow(c) for c in held])
+                watches[n] = snapshot(tensors, held)
         if self._last_call is not None and len(watches) < 200:
-            tensors, held = self._last_call
-            watches.append((tensors, held, [(t._version, _raw(t)) for t in tensors], [_shallow(c) for c in held]))
+            watches.append(snapshot(*self._last_call))
             reply["watch"] = len(watches) - 1
         self._last_call = None
         if later:

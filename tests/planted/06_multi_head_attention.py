@@ -113,6 +113,19 @@ MHA_WEIGHT_NORM_STYLE = _mha(init=_INIT.replace("        self.dropout = nn.Dropo
             nn.utils.parametrizations.weight_norm(getattr(self, name))
         self.dropout = nn.Dropout(dropout)"""))
 
+# Correct: every weight and bias under a parametrization of its own (stored halved, used doubled).
+MHA_PARAMETRIZED_BIASES_STYLE = """
+class Doubled(nn.Module):
+    def forward(self, x):
+        return 2 * x
+
+    def right_inverse(self, x):
+        return x / 2
+""" + _mha(init=_INIT.replace("        self.dropout = nn.Dropout(dropout)", """        for name in ("w_q", "w_k", "w_v", "w_o"):
+            for what in ("weight", "bias") if bias else ("weight",):
+                nn.utils.parametrize.register_parametrization(getattr(self, name), what, Doubled())
+        self.dropout = nn.Dropout(dropout)"""))
+
 MHA_NO_OUTPUT_PROJECTION = _mha(output='''
         return merge_heads(weights @ v), weights                # w_o is never used
 ''')
@@ -425,6 +438,7 @@ VARIANTS = {
     "mha_loop_over_heads_style": {"replace": {"MultiHeadAttention": MHA_LOOP_OVER_HEADS_STYLE}, "must_fail": []},
     "mha_nan_to_num_style": {"replace": {"MultiHeadAttention": MHA_NAN_TO_NUM_STYLE}, "must_fail": []},
     "mha_weight_norm_style": {"replace": {"MultiHeadAttention": MHA_WEIGHT_NORM_STYLE}, "must_fail": []},
+    "mha_parametrized_biases_style": {"replace": {"MultiHeadAttention": MHA_PARAMETRIZED_BIASES_STYLE}, "must_fail": []},
 }
 
 # Graded only with COURSE_PLANTED=all (tests/planting.py): further variants of bugs the core bank already
