@@ -394,12 +394,38 @@ def f(x, states):
 """
 
 
-def test_a_later_change_to_a_tensor_the_call_put_in_an_input_reaches_the_test(tmp_path):
-    """A red team's: the call puts a copy in place of an input's tensor (equal values: nothing to see),
-    and the returned object changes that copy later. The container is watched for it too."""
-    source, sub = _lesson(tmp_path, SWAP_THEN_CHANGE, DEFERRED_TEST)
+SWAP_DEEPER_THEN_CHANGE = """
+class Lazy:
+    def __init__(self, w):
+        self.w = w
+    def __iter__(self):
+        self.w.add_(1)
+        return iter([1, 2])
+def f(x, states):
+    w = states[1]['w'].clone()
+    states[1] = {'w': w}                             # an equal copy, in a new dict
+    return Lazy(w)
+"""
+
+
+@pytest.mark.parametrize("solution", [SWAP_THEN_CHANGE, SWAP_DEEPER_THEN_CHANGE], ids=["entry", "in-a-new-dict"])
+def test_a_later_change_to_a_tensor_the_call_put_in_an_input_reaches_the_test(tmp_path, solution):
+    """Red teams': the call puts a copy in place of an input's tensor (equal values: nothing to see yet),
+    directly or inside a new dict, and the returned object changes that copy later. What the call put
+    in a watched container is watched too, however deep."""
+    source, sub = _lesson(tmp_path, solution, DEFERRED_TEST)
     result = _judge(tmp_path, source, sub)
     assert [c["passed"] for c in result["cells"]] == [False], result
+
+
+@pytest.mark.parametrize("added", ["(x * 2).to_sparse()", "torch.ones(2, dtype=torch.complex64).conj()"])
+def test_an_unusual_tensor_added_to_an_input_list_keeps_a_correct_function_correct(tmp_path, added):
+    """A red team's: a tensor the watch cannot read as bytes (sparse, a conjugate view) put into an
+    input list (allowed, as appending {} is) made the worker's comparison raise; it is watched by identity."""
+    source, sub = _lesson(tmp_path, f"import torch\ndef f(x, states):\n    states.append({added})\n    return x",
+                          DEFERRED_TEST.replace("seen = list(out)", "seen = out"))
+    result = _judge(tmp_path, source, sub)
+    assert [c["passed"] for c in result["cells"]] == [True], result
 
 
 BENT_REFERENCE_TEST = """

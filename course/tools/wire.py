@@ -210,7 +210,7 @@ def encode_data(value, handle_of) -> bytes:
         if isinstance(v, torch.device):
             return {"$device": str(v)}
         if isinstance(v, torch.Tensor) and v.layout == torch.strided and str(v.dtype).removeprefix("torch.") in _DTYPES:
-            t = v.detach().to("cpu").contiguous()
+            t = v.detach().to("cpu").resolve_conj().resolve_neg().contiguous()      # a conjugate view: its values
             raw = t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b""  # 0-dim too
             buffers.append(raw)
             return {"$t": len(buffers) - 1, "dtype": str(t.dtype).removeprefix("torch."), "shape": list(t.shape),

@@ -110,13 +110,50 @@ def _now(t):
         return base.detach(t)
 
 
+def _comparable(v) -> bool:
+    """A plain dense CPU tensor (of any class), whose bytes :func:`_raw` can read; any other (sparse,
+    quantized, nested, meta, a conjugate view) is watched by identity only."""
+    base, plain, _, _ = _PIECES or _pieces()
+    if not issubclass(type(v), base):
+        return False
+    try:
+        with plain():
+            return (str(base.layout.__get__(v)) == "torch.strided" and not base.is_quantized.__get__(v)
+                    and not base.is_nested.__get__(v) and not base.is_meta.__get__(v) and not base.is_conj(v)
+                    and not base.is_neg(v) and base.device.__get__(v).type == "cpu")
+    except Exception:  # noqa: BLE001 - whatever cannot be read is compared by identity
+        return False
+
+
 def _extra(tensors: list, held: list) -> list:
-    """Per container: the tensors it holds that are not the call's own (put there by the learner's code,
-    e.g. a copy in place of an input), with what each is now, so that a later change to them is seen."""
-    base = (_PIECES or _pieces())[0]
-    known = {id(t) for t in tensors}
-    return [[(v, _raw(v)) for v in (c.values() if isinstance(c, dict) else c)
-             if issubclass(type(v), base) and id(v) not in known] for c in held]
+    """Per container: what the learner's code put in it that is not the call's own (a copy in place of
+    an input, a new dict holding one), down to 20 levels: each tensor with what it is now, each new list
+    or dict with what it holds, so that a later change to them is seen."""
+    known = {id(t) for t in tensors} | {id(c) for c in held}
+
+    def reach(v, out, depth):
+        if id(v) in known or depth > 20 or len(out) > 10_000:
+            return
+        kind = type(v)
+        if kind is dict or kind is _OrderedDict or kind is list or kind is tuple:
+            if kind is not tuple:
+                out.append(("c", v, _shallow(v)))
+            for item in (v.values() if isinstance(v, dict) else v):
+                reach(item, out, depth + 1)
+        elif _comparable(v):
+            out.append(("t", v, _raw(v)))
+
+    found = []
+    for c in held:
+        out: list = []
+        for item in (c.values() if isinstance(c, dict) else c):
+            reach(item, out, 0)
+        found.append(out)
+    return found
+
+
+def _extra_changed(extra: list) -> bool:
+    return any(not _same(then, v) if what == "t" else _rebound(v, then) for what, v, then in extra)
 
 
 _ATOMS = frozenset({str, int, float, bool, type(None), bytes, complex})
@@ -254,6 +291,7 @@ class Worker:
                 "worker._paired": globals().get("_paired"), "worker._now_holds": globals().get("_now_holds"),
                 "worker._shallow": globals().get("_shallow"), "worker._rebound": globals().get("_rebound"),
                 "worker._extra": globals().get("_extra"), "worker._now": globals().get("_now"),
+                "worker._extra_changed": globals().get("_extra_changed"), "worker._comparable": globals().get("_comparable"),
                 "worker._PIECES": _pieces(),
                 "wire.tensors": _wire_module().__dict__.get("tensors"), "wire.Handle": _wire_module().__dict__.get("Handle")}
 
@@ -538,7 +576,7 @@ class Worker:
             # a container is sent again when it holds other objects, or when a tensor the learner's code
             # put in it (not one of the call's) changed since
             rebound = [[i, _now_holds(c, list(tensors) + held)] for i, (c, b, ex) in enumerate(zip(held, shallow, extra))
-                       if _rebound(c, b) or any(not _same(raw, v) for v, raw in ex)]
+                       if _rebound(c, b) or _extra_changed(ex)]
             if changed or rebound:
                 later.append([n, changed, rebound])
                 watches[n] = snapshot(tensors, held)
