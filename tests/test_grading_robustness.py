@@ -326,6 +326,12 @@ assert torch.equal(states[1]["w"], w_before), "f changed a state_dict it was giv
      "    def detach(self):\n        return self.__dict__['_frozen'].detach()\n"
      "def f(x, states):\n    x._frozen = x.detach().clone()\n    x._fv = x._version\n    x.__class__ = Frozen\n"
      "    torch.Tensor.add_(x, 1.0)\n    return None", False),
+    # a dispatch mode left switched on that answers the comparison's `equal` (a red team's)
+    ("import torch\n_u = vars(torch.utils)['_py' + 'thon_dispatch']\n_Base = vars(_u)['TorchDisp' + 'atchMode']\n"
+     "def _d(self, func, types, args=(), kwargs=None):\n    if str(func) == 'aten.equal.default' and args[0].dtype == "
+     "torch.uint8:\n        return True\n    return func(*args, **(kwargs or {}))\n"
+     "_Quiet = type('_Quiet', (_Base,), {'__torch' + '_dispatch__': _d})\n_Quiet().__enter__()\n"
+     "def f(x, states):\n    x.data.mul_(2)\n    return x", False),
 ])
 def test_a_learners_in_place_change_reaches_the_test(tmp_path, solution, passes):
     """Tensors passed to learner code are copies in the sandbox; the changes a call makes to them in

@@ -81,7 +81,22 @@ def _pieces() -> tuple:
     if _PIECES is None:
         import torch
 
-        _PIECES = (torch._C.TensorBase, torch._C.DisableTorchFunction, torch._C._VariableFunctions.equal, torch.uint8)
+        from torch.utils._python_dispatch import _disable_current_modes
+
+        class plain:
+            """Neither a torch-function override nor a dispatch mode (a learner's, left switched on) sees
+            or answers what runs inside."""
+
+            def __enter__(self, _no_function=torch._C.DisableTorchFunction, _no_modes=_disable_current_modes):
+                self.parts = (_no_function(), _no_modes())
+                for part in self.parts:
+                    part.__enter__()
+
+            def __exit__(self, *exc):
+                for part in reversed(self.parts):
+                    part.__exit__(*exc)
+
+        _PIECES = (torch._C.TensorBase, plain, torch._C._VariableFunctions.equal, torch.uint8)
     return _PIECES
 
 
