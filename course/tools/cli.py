@@ -389,7 +389,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if hasattr(signal, "SIGUSR1"):
         # `kill -USR1 <pid>` prints where every thread of a command that seems stuck is (to stderr), and it goes on.
-        faulthandler.register(signal.SIGUSR1, all_threads=True, chain=False)
+        try:
+            faulthandler.register(signal.SIGUSR1, all_threads=True, chain=False)
+        except (AttributeError, ValueError, OSError):    # called in-process, with a stderr that is no file
+            pass
     try:
         return int(args.func(args) or 0)
     except ModuleNotFoundError as exc:
