@@ -278,16 +278,25 @@ def _lesson(tmp_path, solution: str, test: str, after: str = "") -> tuple[Path, 
     return source, sub
 
 
-def _judge(tmp_path, source, sub, **spec):
+@pytest.fixture(scope="module")
+def judge_scratch(tmp_path_factory):
+    """One scratch folder for this file's straight-through judge tests, hence one warm sandbox that has
+    imported torch, as a judge keeps one for a whole batch: each submission still gets a fresh worker
+    forked from it, and the sandbox ends every other process and empties its folders between them (a
+    test that needs other limits starts another). ~1 CPU-second a test instead of ~4."""
+    from course.tools import judge
+
+    yield tmp_path_factory.mktemp("judge-scratch")
+    judge._ZYGOTE.kill()
+
+
+def _judge(judge_scratch, source, sub, **spec):
     from course.tools import judge, sandbox
 
     if not sandbox.available()[0]:
         pytest.skip("bubblewrap is not available here: " + sandbox.available()[1])
-    try:
-        return judge.grade_submission({"notebook": str(sub), "source": str(source), "timeout": 30,
-                                       "scratch_base": str(tmp_path), "sandbox": True, **spec})
-    finally:
-        judge._ZYGOTE.kill()
+    return judge.grade_submission({"notebook": str(sub), "source": str(source), "timeout": 30,
+                                   "scratch_base": str(judge_scratch), "sandbox": True, "warm": ["torch"], **spec})
 
 
 MUTATION_TEST = """
@@ -333,12 +342,12 @@ assert torch.equal(states[1]["w"], w_before), "f changed a state_dict it was giv
      "_Quiet = type('_Quiet', (_Base,), {'__torch' + '_dispatch__': _d})\n_Quiet().__enter__()\n"
      "def f(x, states):\n    x.data.mul_(2)\n    return x", False),
 ])
-def test_a_learners_in_place_change_reaches_the_test(tmp_path, solution, passes):
+def test_a_learners_in_place_change_reaches_the_test(tmp_path, judge_scratch, solution, passes):
     """Tensors passed to learner code are copies in the sandbox; the changes a call makes to them in
     place come back to the test's own tensors, so `assert torch.equal(x, x_before)` sees what it would
     see in the notebook."""
     source, sub = _lesson(tmp_path, solution, MUTATION_TEST)
-    result = _judge(tmp_path, source, sub)
+    result = _judge(judge_scratch, source, sub)
     assert [c["passed"] for c in result["cells"]] == [passes], result
 
 
@@ -352,11 +361,11 @@ STATE_DICT_TEST = MUTATION_TEST.replace('states = [{"w": torch.zeros(2)}, {"w": 
     ("def f(x, states):\n    states[1]['w'].add_(1)\n    return x", False),
     ("def f(x, states):\n    states[1]['w'] = torch.ones(2)\n    return x", False),
 ])
-def test_a_change_inside_a_state_dict_reaches_the_test(tmp_path, solution, passes):
+def test_a_change_inside_a_state_dict_reaches_the_test(tmp_path, judge_scratch, solution, passes):
     """state_dict() returns an OrderedDict: the tensors in one passed to learner code are watched as a
     dict's are, and so are its entries (lesson 08's average_checkpoints takes a list of them)."""
     source, sub = _lesson(tmp_path, solution, STATE_DICT_TEST)
-    result = _judge(tmp_path, source, sub)
+    result = _judge(judge_scratch, source, sub)
     assert [c["passed"] for c in result["cells"]] == [passes], result
 
 
@@ -378,12 +387,12 @@ def f(x, states):
     ("        self.states[1]['w'] = self.states[1]['w'] + 1\n", False),           # an entry rebound, when iterated
     ("        self.states[1]['w'].add_(1)\n", False),                             # nested, in place, when iterated
 ])
-def test_a_change_made_after_the_call_reaches_the_test(tmp_path, work, passes):
+def test_a_change_made_after_the_call_reaches_the_test(tmp_path, judge_scratch, work, passes):
     """Inside `checks.seeing_in_place_changes()` a call's inputs stay watched until the block ends: a
     function that returns an object which changes the inputs later, when the test uses it, is seen as in
     the notebook (a red team's `average_checkpoints` scored 41/41 graded that way, and failed in the notebook)."""
     source, sub = _lesson(tmp_path, LAZY.format(work=work), DEFERRED_TEST)
-    result = _judge(tmp_path, source, sub)
+    result = _judge(judge_scratch, source, sub)
     assert [c["passed"] for c in result["cells"]] == [passes], result
 
 
@@ -415,22 +424,22 @@ def f(x, states):
 
 
 @pytest.mark.parametrize("solution", [SWAP_THEN_CHANGE, SWAP_DEEPER_THEN_CHANGE], ids=["entry", "in-a-new-dict"])
-def test_a_later_change_to_a_tensor_the_call_put_in_an_input_reaches_the_test(tmp_path, solution):
+def test_a_later_change_to_a_tensor_the_call_put_in_an_input_reaches_the_test(tmp_path, judge_scratch, solution):
     """Red teams': the call puts a copy in place of an input's tensor (equal values: nothing to see yet),
     directly or inside a new dict, and the returned object changes that copy later. What the call put
     in a watched container is watched too, however deep."""
     source, sub = _lesson(tmp_path, solution, DEFERRED_TEST)
-    result = _judge(tmp_path, source, sub)
+    result = _judge(judge_scratch, source, sub)
     assert [c["passed"] for c in result["cells"]] == [False], result
 
 
 @pytest.mark.parametrize("added", ["(x * 2).to_sparse()", "torch.ones(2, dtype=torch.complex64).conj()"])
-def test_an_unusual_tensor_added_to_an_input_list_keeps_a_correct_function_correct(tmp_path, added):
+def test_an_unusual_tensor_added_to_an_input_list_keeps_a_correct_function_correct(tmp_path, judge_scratch, added):
     """A red team's: a tensor the watch cannot read as bytes (sparse, a conjugate view) put into an
     input list (allowed, as appending {} is) made the worker's comparison raise; it is watched by identity."""
     source, sub = _lesson(tmp_path, f"import torch\ndef f(x, states):\n    states.append({added})\n    return x",
                           DEFERRED_TEST.replace("seen = list(out)", "seen = out"))
-    result = _judge(tmp_path, source, sub)
+    result = _judge(judge_scratch, source, sub)
     assert [c["passed"] for c in result["cells"]] == [True], result
 
 
@@ -446,30 +455,30 @@ assert torch.equal(out, 2 * q), f"f(q) should be 2 q; got {out}"
     ("def f(q):\n    q.mul_(2)\n    return q", True),                # in place on its argument, the right answer
     ("def f(q):\n    q.zero_()\n    return q.clone()", False),       # zeroes q so that the reference 2 q is 0 too
 ])
-def test_a_learners_in_place_change_cannot_bend_a_reference(tmp_path, solution, passes):
+def test_a_learners_in_place_change_cannot_bend_a_reference(tmp_path, judge_scratch, solution, passes):
     """Outside `checks.seeing_in_place_changes()`, what the learner's code does to a test's tensors is
     thrown away: a reference the test computes after the call, from its own tensors, is the one the test
     meant (in the notebook, the second bad function passes this test: it cheats only itself)."""
     source, sub = _lesson(tmp_path, solution, BENT_REFERENCE_TEST)
-    result = _judge(tmp_path, source, sub)
+    result = _judge(judge_scratch, source, sub)
     assert [c["passed"] for c in result["cells"]] == [passes], result
 
 
-def test_what_a_test_sends_does_not_survive_into_later_cells(tmp_path):
+def test_what_a_test_sends_does_not_survive_into_later_cells(tmp_path, judge_scratch):
     """Test cells talk to a fork of the learner's process: a function that records its calls has
     recorded nothing when a later cell looks; and a later cell's output is not shown on the page."""
     solution = "seen = []\ndef f(x):\n    seen.append(x.tolist())\n    return x"
     test = "f(torch.tensor([4.0, 2.0, 4242.0]))"
     after = "print('LATER', len(seen), seen)\nassert not seen, 'the test leaked'"
     source, sub = _lesson(tmp_path, solution, test, after)
-    result = _judge(tmp_path, source, sub)
+    result = _judge(judge_scratch, source, sub)
     assert result["cells"][0]["passed"], result
     later = result["outputs"]["3"]
     assert later["error"] is None, later                      # the later cell saw an empty list
     assert "4242" not in json.dumps(result["outputs"]), result["outputs"]
 
 
-def test_the_lessons_files_reach_the_working_folder(tmp_path):
+def test_the_lessons_files_reach_the_working_folder(tmp_path, judge_scratch):
     """The scratch folders are the sandbox's own tmpfs mounts; the lesson's data files still reach
     the working folder of every submission (through a read-only inbox)."""
     data = tmp_path / "lesson-files" / "table.txt"
@@ -477,7 +486,7 @@ def test_the_lessons_files_reach_the_working_folder(tmp_path):
     data.write_text("42")
     source, sub = _lesson(tmp_path, "def f():\n    return int(open('table.txt').read())",
                           "assert f() == 42, f()")
-    result = _judge(tmp_path, source, sub, files=[str(data)])
+    result = _judge(judge_scratch, source, sub, files=[str(data)])
     assert result["cells"][0]["passed"], result
 
 
@@ -528,12 +537,12 @@ def f():
 """
 
 
-def test_a_notebook_at_its_process_limit_ends_without_restarts(tmp_path):
+def test_a_notebook_at_its_process_limit_ends_without_restarts(tmp_path, judge_scratch):
     """A learner's cell that holds every thread its sandbox may have leaves no room for the tests' fork.
     Restarting would replay that cell into the same state (six times, each a new sandbox and a replay):
     the notebook ends at the first test instead, with a message that says why."""
     source, sub = _lesson(tmp_path, HOLD_EVERY_THREAD, "assert f() == 1", after="x = 1")
-    result = _judge(tmp_path, source, sub, timeout=5, limits={"processes": 48})
+    result = _judge(judge_scratch, source, sub, timeout=5, limits={"processes": 48})
     cell = result["cells"][0]
     assert not cell["passed"] and "every process and thread" in cell["message"], result
     assert result["events"] == ["died: process limit reached (cell 2); the notebook was stopped there"], result["events"]
@@ -558,7 +567,7 @@ def f():
 """
 
 
-def test_a_notebook_that_keeps_killing_itself_is_its_own_doing(tmp_path, monkeypatch):
+def test_a_notebook_that_keeps_killing_itself_is_its_own_doing(tmp_path, judge_scratch, monkeypatch):
     """A learner's cell leaves a process that kills whatever runs next. Each restart replays that cell, so
     the notebook dies again and again: past MAX_RESTARTS it ends as the learner's doing (`kernel-died`,
     the remaining cells 0), never `grader-error`, which would ask the instructor to grade it again forever."""
@@ -567,7 +576,7 @@ def test_a_notebook_that_keeps_killing_itself_is_its_own_doing(tmp_path, monkeyp
     monkeypatch.setattr(judge, "MAX_RESTARTS", 1)
     slow = "import time\ntime.sleep(2)\n"            # the daemon kills within milliseconds: never a cell that ends first
     source, sub = _lesson(tmp_path, KILL_WHAT_RUNS_NEXT, slow + "assert f() == 1", after=slow + "x = 1")
-    result = _judge(tmp_path, source, sub, timeout=10)
+    result = _judge(judge_scratch, source, sub, timeout=10)
     events = result["events"]
     assert not any(e.startswith("sandbox:") for e in events), events
     assert any(e.startswith("died too often: the notebook was stopped 2 times") for e in events), events
@@ -623,7 +632,7 @@ def test_a_test_cell_whose_checks_run_past_the_limit_ends_its_judge_not_the_batc
             os.killpg(judge.pid, 9)
 
 
-def test_a_learners_exception_does_not_carry_hidden_inputs_to_the_page(tmp_path):
+def test_a_learners_exception_does_not_carry_hidden_inputs_to_the_page(tmp_path, judge_scratch):
     """A learner's exception raised while a hidden check runs (or after one has sent its inputs to the
     same fork) keeps its type on the page, not its message, which the learner writes and could fill
     with the hidden inputs it saw."""
@@ -632,7 +641,7 @@ def test_a_learners_exception_does_not_carry_hidden_inputs_to_the_page(tmp_path)
     test = ("assert f(torch.tensor([1.0])).tolist() == [1.0]\n### BEGIN HIDDEN TESTS\n"
             "assert f(torch.tensor([4242.0])).tolist() == [4242.0]\n### END HIDDEN TESTS\n")
     source, sub = _lesson(tmp_path, solution, test)
-    result = _judge(tmp_path, source, sub)
+    result = _judge(judge_scratch, source, sub)
     (cell,) = result["cells"]
     assert not cell["passed"] and "ValueError" in cell["message"] and "hidden check" in cell["message"], cell
     assert "4242" not in json.dumps(result), cell["message"]
