@@ -25,7 +25,7 @@ export HF_HUB_OFFLINE      := 1
 export PYTHONDONTWRITEBYTECODE := 1
 $(shell mkdir -p $(JUPYTER_CONFIG_DIR) $(JUPYTER_DATA_DIR) $(JUPYTER_RUNTIME_DIR) $(IPYTHONDIR) $(MPLCONFIGDIR) $(TORCH_HOME) $(HF_HOME) $(XDG_CACHE_HOME))
 
-.PHONY: setup run test lab instructor release grade doctor gpu clean workshop-release workshop-collect workshop-grade workshop-return workshop-status
+.PHONY: setup run test test-browser lab instructor release grade doctor gpu clean workshop-release workshop-collect workshop-grade workshop-return workshop-status
 
 setup: $(STAMP)
 
@@ -42,6 +42,10 @@ run: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -n 2 --dist worksteal -q --durations=15 tests
+
+# Every lesson's page in Chromium (make test drives four of them; see tests/test_browser.py).
+test-browser: $(STAMP)
+	COURSE_BROWSER_LESSONS=all $(BIN)/python -m pytest -n 2 --dist worksteal -q tests/test_browser.py
 
 # make lab PORT=8899 ARGS="--no-browser --ip 0.0.0.0"; LESSONS=... for the workshop targets.
 PORT ?=

@@ -4,12 +4,20 @@ When no person is watching -- nbgrader grading or validating, or `course run` ex
 (it sets ``COURSE_HEADLESS``) -- the function is simply called once with the default values: the
 saved notebook shows a static plot, and no widget comm can stall the executor (a known,
 intermittent nbclient hang with ipywidgets cells: jupyter/nbclient#312).
+
+With ``COURSE_WIDGET_PROBE`` set to a file as well, a headless ``interact`` also moves each control to
+another value, as a learner would, and appends to that file what each drawing showed (images, how
+much of each is not background, text): the test suite checks every lesson's widget that way in the
+notebooks `make run` executes (:func:`probe_problems`), and drives a few of them in a browser.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import sys
 import threading
+from pathlib import Path
 from typing import Callable
 
 from course.config import grading
@@ -48,8 +56,127 @@ def interact(fn: Callable, **controls) -> None:
             defaults[name] = control[0]
         else:
             defaults[name] = control
-    fn(**defaults)
+    probe = os.environ.get("COURSE_WIDGET_PROBE")
+    if probe and not grading():
+        _probe(fn, controls, defaults, Path(probe))
+    else:
+        fn(**defaults)
     return None
+
+
+# -- the headless probe (COURSE_WIDGET_PROBE) ------------------------------------------------------
+
+BLANK = 0.005          # an image with less than this share of non-background pixels is blank
+
+
+def ink(png_base64: str) -> float:
+    """The share of an image's pixels that differ from its background (0.0: a blank image)."""
+    import base64
+    import io
+
+    import numpy as np
+    from PIL import Image
+
+    img = Image.open(io.BytesIO(base64.b64decode(png_base64))).convert("RGBA")
+    background = Image.new("RGBA", img.size, (255, 255, 255, 255))
+    a = np.asarray(Image.alpha_composite(background, img).convert("L")).astype(int)
+    values, counts = np.unique(a, return_counts=True)
+    return float((np.abs(a - values[counts.argmax()]) > 8).mean())
+
+
+def _drawn(fn, kwargs: dict):
+    """What ``fn(**kwargs)`` shows: (its outputs, captured, and a summary: images, their ink, text)."""
+    from IPython.utils.capture import capture_output
+
+    with capture_output(display=True) as cap:
+        fn(**kwargs)
+        plt = sys.modules.get("matplotlib.pyplot")
+        if plt is not None and plt.get_fignums():
+            plt.show()                  # a figure drawn but not shown: the page would show it too
+    images = [o.data["image/png"] for o in cap.outputs if "image/png" in o.data]
+    text = cap.stdout + "".join(o.data.get("text/plain", "") for o in cap.outputs if "image/png" not in o.data)
+    return cap, {"images": [str(i) for i in images], "ink": [round(ink(str(i)), 4) for i in images], "text": text.strip()}
+
+
+def _moves(control, value) -> list:
+    """Up to three other values a learner could give ``control`` (now at ``value``), one step at a time."""
+    options = getattr(control, "_options_values", None)
+    if options is None and isinstance(control, list):
+        options = [o[1] if isinstance(o, tuple) and len(o) == 2 else o for o in control]
+    if options is not None:
+        return [o for o in options if o != value][:3]
+    if isinstance(value, bool):
+        return [not value]
+    if isinstance(value, str):
+        words = value.replace(",", " ").split()
+        return [" ".join(reversed(words)) if len(set(words)) > 1 else "what a great movie"]
+    if isinstance(value, (int, float)):
+        lo, hi = getattr(control, "min", None), getattr(control, "max", None)
+        step = getattr(control, "step", None)
+        if isinstance(control, tuple):
+            lo, hi = control[0], control[1]
+            step = control[2] if len(control) > 2 else (1 if isinstance(value, int) else (hi - lo) / 100)
+        step = step or 1
+        out, up, down = [], value, value
+        for _ in range(3):
+            if hi is None or up + step <= hi:
+                up = up + step
+                out.append(up)
+            elif lo is None or down - step >= lo:
+                down = down - step
+                out.append(down)
+        return [type(value)(round(v, 10)) for v in out]
+    return []
+
+
+def _probe(fn, controls: dict, defaults: dict, path: Path) -> None:
+    """Draw with the defaults (shown, as headless ``interact`` does), then move each control in turn
+    (hidden) until the drawing changes, up to three steps; append one JSON line per drawing to ``path``."""
+    lesson, widget = Path.cwd().name, getattr(fn, "__name__", "widget")
+    cap, first = _drawn(fn, defaults)
+    cap.show()
+    rows = [{"lesson": lesson, "widget": widget, "control": None, **first}]
+    for name, control in controls.items():
+        row = {"lesson": lesson, "widget": widget, "control": name, "kind": type(control).__name__,
+               "from": repr(defaults[name])[:80]}
+        moves = _moves(control, defaults[name])
+        if not moves:
+            row["error"] = "no other value to move this control to"
+        for value in moves:
+            row["to"] = repr(value)[:80]
+            try:
+                _, now = _drawn(fn, dict(defaults, **{name: value}))
+            except Exception as exc:  # noqa: BLE001 - reported to the test, the notebook goes on
+                row["error"] = f"{type(exc).__name__}: {exc}"[:300]
+                break
+            row.update(now, same=(now["images"], now["text"]) == (first["images"], first["text"]))
+            if not row["same"]:
+                break
+        rows.append(row)
+    with open(path, "a", encoding="utf-8") as f:
+        for row in rows:
+            row["images"] = len(row.get("images", []))
+            f.write(json.dumps(row) + "\n")
+
+
+def probe_problems(rows: list[dict]) -> list[str]:
+    """What a learner would see go wrong in the probed widgets: nothing drawn, a blank image, a
+    control that raises, or one that does not redraw a plot (a widget that only prints may print
+    the same for neighbouring values, as a browser check allows too)."""
+    problems = []
+    for r in rows:
+        where = f"{r['lesson']}: {r['widget']}" + (f", control {r['control']!r} {r.get('from')} -> {r.get('to')}"
+                                                   if r["control"] else " with its defaults")
+        if r.get("error"):
+            problems.append(f"{where}: {r['error']}")
+            continue
+        if not r["images"] and not r["text"]:
+            problems.append(f"{where}: showed nothing")
+        if any(i < BLANK for i in r["ink"]):
+            problems.append(f"{where}: a blank image (ink {min(r['ink'])})")
+        if r["control"] and r["images"] and r["same"]:
+            problems.append(f"{where}: the plot did not change")
+    return problems
 
 
 # One drawing at a time, across every widget of the kernel. JupyterLab (4.4+) sends widget messages on

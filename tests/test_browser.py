@@ -7,7 +7,14 @@ test here is skipped and says why.
 Each xdist worker starts one learner lab (``course lab``, the real command) on a throw-away copy of
 ``notebooks/`` and ``solutions/``, with Jupyter's and IPython's folders in a temporary directory and
 ``COURSE_PROFILE=smoke``. Lessons are discovered from ``solutions/``, one test each, so xdist spreads
-them. A failing test saves a screenshot under ``$COURSE_BROWSER_ARTIFACTS`` (default: a
+them.
+
+`make test` drives the pages of four lessons that have every kind of control between them
+(tests/browser_pages.py says which and why); every lesson's widget is also moved, control by control,
+in the notebooks `make run` executes. ``make test-browser`` (``COURSE_BROWSER_LESSONS=all``) drives
+every lesson's page, and ``COURSE_BROWSER_LESSONS=08_transformer,10_bert`` the ones named.
+
+A failing test saves a screenshot under ``$COURSE_BROWSER_ARTIFACTS`` (default: a
 ``browser-artifacts`` folder in pytest's temporary directory) and names it in its message.
 ``COURSE_DOCS_SCREENSHOTS=docs`` also writes the README's screenshots there.
 """
@@ -36,9 +43,13 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from course.tools.lessons import all_lessons  # noqa: E402
 
+from browser_pages import EVERY_CONTROL  # noqa: E402
+
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
 
 LESSONS = [l.id for l in all_lessons(ROOT)]
+_chosen = os.environ.get("COURSE_BROWSER_LESSONS", "").strip()
+PAGES = LESSONS if _chosen == "all" else [l for l in LESSONS if l in (_chosen.split(",") if _chosen else EVERY_CONTROL)]
 TOKEN = "course-browser-test"
 STUB_WORDS = "Write your solution here"
 
@@ -425,7 +436,7 @@ def _wait_redraw(page, box, old: tuple, timeout_s: float = 60) -> tuple:
     return _snapshot(box)
 
 
-@pytest.mark.parametrize("lesson", LESSONS)
+@pytest.mark.parametrize("lesson", PAGES)
 def test_solution_notebook_in_browser(browser, learner, lesson, lesson_context):
     """Every solution notebook runs in the smoke profile with no error output and nothing stray; every
     plot is a non-blank image; widgets are live and each control redraws another non-blank image."""

@@ -40,6 +40,7 @@ def fresh_copy(dest: Path) -> Path:
 def _env():
     env = {k: v for k, v in os.environ.items() if not k.startswith(("COURSE_", "JUPYTER_", "IPYTHONDIR", "PYTEST"))}
     env.pop("NBGRADER_EXECUTION", None)
+    env.pop("MPLBACKEND", None)        # conftest.py's Agg for the tests' own plots: kernels draw inline, as a newcomer's do
     return env
 
 
@@ -50,8 +51,9 @@ def test_make_run_as_typed_in_a_fresh_clone(tmp_path):
     up to date, exactly what a second `make run` on a fresh clone does."""
     clone = fresh_copy(tmp_path / "course")
     (clone / ".venv").symlink_to(ROOT / ".venv")
-    proc = subprocess.run(["make", "-o", ".venv/.installed", "run", "PROFILE=smoke"], cwd=clone, env=_env(),
-                          capture_output=True, text=True, timeout=1800)
+    probe = tmp_path / "widget-probe.jsonl"      # each lesson's widget, moved as a learner would (course.widgets)
+    proc = subprocess.run(["make", "-o", ".venv/.installed", "run", "PROFILE=smoke"], cwd=clone,
+                          env=dict(_env(), COURSE_WIDGET_PROBE=str(probe)), capture_output=True, text=True, timeout=1800)
     report_path = clone / "results" / "report.json"
     assert report_path.is_file(), proc.stdout[-3000:] + proc.stderr[-3000:]
     report = json.loads(report_path.read_text())
@@ -71,6 +73,24 @@ def test_make_run_as_typed_in_a_fresh_clone(tmp_path):
     table = proc.stdout.split("lesson ", 1)[1].split("\n\n")[0]
     assert max(len(line) for line in table.splitlines()) <= 120, table
     assert not (ROOT / "results" / "report.json").exists() or (ROOT / "results") != clone / "results"
+
+    # Every lesson's widget draws with its defaults, and each control redraws a non-blank plot.
+    from course.widgets import probe_problems
+
+    rows = [json.loads(line) for line in probe.read_text().splitlines()] if probe.is_file() else []
+    assert {r["lesson"] for r in rows} == set(LESSONS), f"widgets probed in {sorted({r['lesson'] for r in rows})}"
+    for lesson in LESSONS:
+        moved = [r for r in rows if r["lesson"] == lesson and r["control"]]
+        assert moved, f"{lesson}: its widget has no control that was moved"
+    problems = probe_problems(rows)
+    assert not problems, "widgets a learner would see fail:\n" + "\n".join(problems)
+    # The lessons whose pages `make test` drives in Chromium have every kind of control the lessons use.
+    from browser_pages import EVERY_CONTROL, NOT_MOVED_IN_BROWSER, widget_kind
+
+    kinds = {l: {widget_kind(r["kind"]) for r in rows if r["lesson"] == l and r["control"]} for l in LESSONS}
+    missing = set().union(*kinds.values()) - set().union(*(kinds[l] for l in EVERY_CONTROL)) - NOT_MOVED_IN_BROWSER
+    assert not missing, (f"no browser page of `make test` has a control of kind {sorted(missing)}: add a lesson that has "
+                         f"one to EVERY_CONTROL in tests/browser_pages.py ({ {l: sorted(k) for l, k in kinds.items()} })")
 
 
 def test_course_run_relative_out_from_another_folder(tmp_path):
