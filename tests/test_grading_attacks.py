@@ -696,6 +696,28 @@ def _processes_about(text: str) -> list[int]:
     return found
 
 
+def _as_a_terminal_starts_it() -> None:
+    """In the child, before exec: SIGINT and SIGTERM delivered and acted on, as for a command typed in a
+    terminal. A process inherits ignored and blocked signals across exec, and the test worker's may
+    have been changed by a library an earlier test used; `course grade` then ignored Ctrl-C, as any
+    program started with SIGINT ignored must (a shell's background jobs), and this test timed out once
+    in a few suite runs."""
+    import signal
+
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def _signal_state(pid: int) -> str:
+    """Which signals a process blocks, ignores and catches (hexadecimal masks from /proc)."""
+    try:
+        return ", ".join(line.replace("\t", " ") for line in Path(f"/proc/{pid}/status").read_text().splitlines()
+                         if line.startswith(("SigBlk", "SigIgn", "SigCgt")))
+    except OSError:
+        return "its signal masks could not be read"
+
+
 @pytest.mark.parametrize("how", ["SIGTERM", "SIGINT"])
 def test_stopping_course_grade_stops_every_judge_and_sandbox(tmp_path, how):
     """A submission sleeps in its sandbox; `course grade` is stopped: no judge, bubblewrap or sandboxed
@@ -714,7 +736,7 @@ def test_stopping_course_grade_stops_every_judge_and_sandbox(tmp_path, how):
     env = dict(os.environ, COURSE_GRADE_SCRATCH=str(scratch))
     said = open(tmp_path / "said.txt", "w")
     proc = subprocess.Popen([COURSE, "grade", str(subs), "--out", str(tmp_path / "out"), "--timeout", "600",
-                             "--jobs", "1"], stdout=said, stderr=subprocess.STDOUT, env=env)
+                             "--jobs", "1"], stdout=said, stderr=subprocess.STDOUT, env=env, preexec_fn=_as_a_terminal_starts_it)
     try:
         def judge_processes():
             """The fork server (a child of `course grade`) and the judges (its children; or, without pidfds,
@@ -743,7 +765,7 @@ def test_stopping_course_grade_stops_every_judge_and_sandbox(tmp_path, how):
             proc.send_signal(signal.SIGUSR1)              # course grade prints where each of its threads is
             time.sleep(3)
             said.flush()
-            pytest.fail(f"course grade still runs 60 s after {how}; it said:\n"
+            pytest.fail(f"course grade still runs 60 s after {how} ({_signal_state(proc.pid)}); it said:\n"
                         + (tmp_path / "said.txt").read_text(errors="replace")[-6000:])
         end = time.monotonic() + 20
         while time.monotonic() < end and _processes_about(str(scratch)):
