@@ -698,10 +698,10 @@ def _processes_about(text: str) -> list[int]:
 
 def _as_a_terminal_starts_it() -> None:
     """In the child, before exec: SIGINT and SIGTERM delivered and acted on, as for a command typed in a
-    terminal. A process inherits ignored and blocked signals across exec, and the test worker's may
-    have been changed by a library an earlier test used; `course grade` then ignored Ctrl-C, as any
-    program started with SIGINT ignored must (a shell's background jobs), and this test timed out once
-    in a few suite runs."""
+    terminal. A process inherits ignored and blocked signals across exec: a suite started in the
+    background by a shell without job control (``make test &`` in a script) has SIGINT and SIGQUIT
+    ignored in every test worker (seen in /proc/PID/status, SigIgn 0x...07), so `course grade` ignored
+    the test's SIGINT, as a program started with SIGINT ignored must, and this test failed there."""
     import signal
 
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
