@@ -98,31 +98,51 @@ def _drawn(fn, kwargs: dict):
     return cap, {"images": [str(i) for i in images], "ink": [round(ink(str(i)), 4) for i in images], "text": text.strip()}
 
 
-def _moves(control, value) -> list:
-    """Up to three other values a learner could give ``control`` (now at ``value``), one step at a time."""
+def _as_widget(fn, name: str, control):
+    """The ipywidgets control ``interact`` makes of ``control`` (an abbreviation: a tuple, a list, a
+    string...), with its value where ``fn``'s own default for ``name`` puts it, as on the page."""
+    import inspect
+
+    import ipywidgets
+
+    if isinstance(control, (ipywidgets.ValueWidget, ipywidgets.fixed)):
+        return control
+    try:
+        default = inspect.signature(fn).parameters[name].default
+    except (KeyError, TypeError, ValueError):
+        default = inspect.Parameter.empty
+    return ipywidgets.interactive.widget_from_abbrev(control, default)
+
+
+def _same(a, b) -> bool:
+    try:
+        return bool(a == b)
+    except Exception:  # noqa: BLE001 - a tensor's == is not one truth value
+        return a is b
+
+
+def _moves(control) -> list:
+    """Up to three other values a learner could give the ipywidgets ``control``, one step at a time."""
+    value = control.value
     options = getattr(control, "_options_values", None)
-    if options is None and isinstance(control, list):
-        options = [o[1] if isinstance(o, tuple) and len(o) == 2 else o for o in control]
     if options is not None:
-        return [o for o in options if o != value][:3]
+        return [o for o in options if not _same(o, value)][:3]
     if isinstance(value, bool):
         return [not value]
     if isinstance(value, str):
         words = value.replace(",", " ").split()
         return [" ".join(reversed(words)) if len(set(words)) > 1 else "what a great movie"]
-    if isinstance(value, (int, float)):
-        lo, hi = getattr(control, "min", None), getattr(control, "max", None)
-        step = getattr(control, "step", None)
-        if isinstance(control, tuple):
-            lo, hi = control[0], control[1]
-            step = control[2] if len(control) > 2 else (1 if isinstance(value, int) else (hi - lo) / 100)
-        step = step or 1
+    if isinstance(value, (int, float)) and hasattr(control, "step"):
+        lo, hi, step = getattr(control, "min", None), getattr(control, "max", None), control.step or 1
+        if type(control).__name__.endswith("LogSlider"):       # its min and max are exponents of its base
+            return []
+        room = 1e-9 * abs(step)                                 # 0.2 + 0.1 is above 0.3 in binary
         out, up, down = [], value, value
         for _ in range(3):
-            if hi is None or up + step <= hi:
+            if hi is None or up + step <= hi + room:
                 up = up + step
                 out.append(up)
-            elif lo is None or down - step >= lo:
+            elif lo is None or down - step >= lo - room:
                 down = down - step
                 out.append(down)
         return [type(value)(round(v, 10)) for v in out]
@@ -136,22 +156,40 @@ def _probe(fn, controls: dict, defaults: dict, path: Path) -> None:
     cap, first = _drawn(fn, defaults)
     cap.show()
     rows = [{"lesson": lesson, "widget": widget, "control": None, **first}]
+    # The learner starts from what the page shows: ipywidgets' own control for an abbreviation.
+    import ipywidgets
+
+    widgets, refused = {}, {}
     for name, control in controls.items():
+        try:
+            widgets[name] = _as_widget(fn, name, control)
+        except Exception as exc:  # noqa: BLE001 - the page could not show this control either
+            refused[name] = f"ipywidgets makes no control of {control!r}: {type(exc).__name__}: {exc}"[:300]
+    start = dict(defaults, **{name: w.value for name, w in widgets.items()})
+    if not all(_same(start[k], defaults[k]) for k in start):
+        cap, first = _drawn(fn, start)
+    for name in controls:
+        control = widgets.get(name)
+        if isinstance(control, ipywidgets.fixed):
+            continue                    # a fixed argument: no control on the page
         row = {"lesson": lesson, "widget": widget, "control": name, "kind": type(control).__name__,
-               "from": repr(defaults[name])[:80]}
-        moves = _moves(control, defaults[name])
-        if not moves:
-            row["error"] = "no other value to move this control to"
+               "from": repr(start[name])[:80]}
+        moves = [] if control is None else _moves(control)
+        if name in refused:
+            row["error"] = refused[name]
+        elif not moves:
+            row["error"] = f"no other value to move this {type(control).__name__} to"
         for value in moves:
             row["to"] = repr(value)[:80]
             try:
-                _, now = _drawn(fn, dict(defaults, **{name: value}))
+                _, now = _drawn(fn, dict(start, **{name: value}))
             except Exception as exc:  # noqa: BLE001 - reported to the test, the notebook goes on
                 row["error"] = f"{type(exc).__name__}: {exc}"[:300]
                 break
-            row.update(now, same=(now["images"], now["text"]) == (first["images"], first["text"]))
-            if not row["same"]:
-                break
+            row.update(now, same=(now["images"], now["text"]) == (first["images"], first["text"]),
+                       first_images=len(first["images"]), same_images=bool(now["images"]) and now["images"] == first["images"])
+            if (not row["same_images"]) if first["images"] else (not row["same"]):
+                break                   # the plot changed (or, for a widget that only prints, its text)
         rows.append(row)
     with open(path, "a", encoding="utf-8") as f:
         for row in rows:
@@ -161,8 +199,9 @@ def _probe(fn, controls: dict, defaults: dict, path: Path) -> None:
 
 def probe_problems(rows: list[dict]) -> list[str]:
     """What a learner would see go wrong in the probed widgets: nothing drawn, a blank image, a
-    control that raises, or one that does not redraw a plot (a widget that only prints may print
-    the same for neighbouring values, as a browser check allows too)."""
+    control that raises, one whose plot vanishes, or one that leaves the plot as it was (after up to
+    three steps; its printed text may change or not). A widget that only prints may print the same
+    for neighbouring values, as a browser check allows too."""
     problems = []
     for r in rows:
         where = f"{r['lesson']}: {r['widget']}" + (f", control {r['control']!r} {r.get('from')} -> {r.get('to')}"
@@ -174,7 +213,9 @@ def probe_problems(rows: list[dict]) -> list[str]:
             problems.append(f"{where}: showed nothing")
         if any(i < BLANK for i in r["ink"]):
             problems.append(f"{where}: a blank image (ink {min(r['ink'])})")
-        if r["control"] and r["images"] and r["same"]:
+        if r["control"] and r.get("first_images") and not r["images"]:
+            problems.append(f"{where}: the plot is gone (it showed only: {r['text'][:120]!r})")
+        elif r["control"] and r["images"] and r.get("same_images"):
             problems.append(f"{where}: the plot did not change")
     return problems
 

@@ -15,7 +15,3 @@ EVERY_CONTROL = ["00_softmax_lookup", "01_attention_pooling", "03_attention_scor
 # The browser test moves sliders, dropdowns and text boxes; the probe alone moves a checkbox.
 NOT_MOVED_IN_BROWSER = {"Checkbox"}
 
-
-def widget_kind(kind: str) -> str:
-    """The ipywidgets control that ``interact`` makes of a control the probe met (its type's name)."""
-    return {"str": "Text", "list": "Dropdown", "tuple": "IntSlider", "bool": "Checkbox"}.get(kind, kind)

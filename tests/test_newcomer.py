@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -74,8 +75,34 @@ def test_make_run_as_typed_in_a_fresh_clone(tmp_path):
     assert max(len(line) for line in table.splitlines()) <= 120, table
     assert not (ROOT / "results" / "report.json").exists() or (ROOT / "results") != clone / "results"
 
+    # What each executed notebook shows a learner: no error, nothing on stderr, no stray value printed
+    # by a cell's last line, no blank plot (the checks a lesson's page in Chromium makes, for all 13).
+    from course.widgets import BLANK, ink, probe_problems
+
+    shown = []
+    for lesson in LESSONS:
+        nb = json.loads((clone / "results" / f"{lesson}.ipynb").read_text(encoding="utf-8"))
+        images = 0
+        for cell in (c for c in nb["cells"] if c["cell_type"] == "code"):
+            where = f"{lesson}, the cell starting {''.join(cell['source'])[:60]!r}"
+            for o in cell.get("outputs", []):
+                kind, data = o["output_type"], o.get("data", {})
+                plain = "".join(data.get("text/plain", "")).strip()
+                if kind == "error":
+                    shown.append(f"{where}: {o['ename']}: {o['evalue'][:200]}")
+                elif kind == "stream" and o.get("name") == "stderr":
+                    shown.append(f"{where} wrote to stderr: {''.join(o['text'])[:200]!r}")
+                elif kind == "execute_result" and (plain.startswith("<function") or re.fullmatch(r"-?[\d.e+-]+", plain)):
+                    shown.append(f"{where} shows a stray value {plain[:80]!r}")
+                if "image/png" in data:
+                    images += 1
+                    if ink(data["image/png"]) < BLANK:
+                        shown.append(f"{where} shows a blank plot")
+        if not images:
+            shown.append(f"{lesson} shows no plot at all")
+    assert not shown, "what the executed notebooks show a learner:\n" + "\n".join(shown[:10])
+
     # Every lesson's widget draws with its defaults, and each control redraws a non-blank plot.
-    from course.widgets import probe_problems
 
     rows = [json.loads(line) for line in probe.read_text().splitlines()] if probe.is_file() else []
     assert {r["lesson"] for r in rows} == set(LESSONS), f"widgets probed in {sorted({r['lesson'] for r in rows})}"
@@ -85,9 +112,9 @@ def test_make_run_as_typed_in_a_fresh_clone(tmp_path):
     problems = probe_problems(rows)
     assert not problems, "widgets a learner would see fail:\n" + "\n".join(problems)
     # The lessons whose pages `make test` drives in Chromium have every kind of control the lessons use.
-    from browser_pages import EVERY_CONTROL, NOT_MOVED_IN_BROWSER, widget_kind
+    from browser_pages import EVERY_CONTROL, NOT_MOVED_IN_BROWSER
 
-    kinds = {l: {widget_kind(r["kind"]) for r in rows if r["lesson"] == l and r["control"]} for l in LESSONS}
+    kinds = {l: {r["kind"] for r in rows if r["lesson"] == l and r["control"]} for l in LESSONS}   # ipywidgets classes
     missing = set().union(*kinds.values()) - set().union(*(kinds[l] for l in EVERY_CONTROL)) - NOT_MOVED_IN_BROWSER
     assert not missing, (f"no browser page of `make test` has a control of kind {sorted(missing)}: add a lesson that has "
                          f"one to EVERY_CONTROL in tests/browser_pages.py ({ {l: sorted(k) for l, k in kinds.items()} })")
