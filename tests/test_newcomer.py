@@ -46,7 +46,8 @@ def _env():
 
 
 def test_make_run_as_typed_in_a_fresh_clone(tmp_path):
-    """`make run PROFILE=smoke` in a fresh copy: every lesson passes and records what it promises.
+    """`make run PROFILE=smoke` in a fresh copy: every lesson passes and records what it promises, its
+    notebook shows nothing a learner should not see, and its widget answers every control.
 
     The copy reuses this checkout's .venv (building one takes minutes); `-o` tells make the venv is
     up to date, exactly what a second `make run` on a fresh clone does."""
@@ -103,7 +104,6 @@ def test_make_run_as_typed_in_a_fresh_clone(tmp_path):
     assert not shown, "what the executed notebooks show a learner:\n" + "\n".join(shown[:10])
 
     # Every lesson's widget draws with its defaults, and each control redraws a non-blank plot.
-
     rows = [json.loads(line) for line in probe.read_text().splitlines()] if probe.is_file() else []
     assert {r["lesson"] for r in rows} == set(LESSONS), f"widgets probed in {sorted({r['lesson'] for r in rows})}"
     for lesson in LESSONS:
