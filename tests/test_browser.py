@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import io
 import json
 import os
 import re
@@ -327,16 +326,10 @@ def validate_passes(w: Watched) -> None:
 
 def png_ink(src: str) -> float:
     """Fraction of an image's pixels that differ from its background (0.0: a blank image)."""
-    import numpy as np
-    from PIL import Image
+    from course.widgets import ink
 
-    data = base64.b64decode(src.split(",", 1)[1]) if src.startswith("data:") else urllib.request.urlopen(src).read()
-    img = Image.open(io.BytesIO(data)).convert("RGBA")
-    background = Image.new("RGBA", img.size, (255, 255, 255, 255))
-    a = np.asarray(Image.alpha_composite(background, img).convert("L")).astype(int)
-    values, counts = np.unique(a, return_counts=True)
-    bg = values[counts.argmax()]
-    return float((np.abs(a - bg) > 8).mean())
+    data = src.split(",", 1)[1] if src.startswith("data:") else base64.b64encode(urllib.request.urlopen(src).read()).decode()
+    return ink(data)
 
 
 def images(locator) -> list[str]:
