@@ -4,6 +4,9 @@ Per lesson: the reference solution (must get full marks), the untouched student 
 zero, graded without crashing), every planted classic bug (must lose points in each cell it names)
 and every correct alternative style (must keep full marks).
 
+A planted bug is graded only on the test cells it names (``$COURSE_GRADE_ONLY_CELLS``): the others,
+which no assertion here reads, were a third of the batch's CPU time.
+
 The banks of the selected lessons (all of them in `make test`) are graded in one `course grade`
 batch, shared by the per-lesson tests: a batch pays its judges' and sandboxes' start-up once (about
 10 CPU-seconds), not once per lesson. Under pytest-xdist the first worker to need it grades (one
@@ -14,12 +17,14 @@ from __future__ import annotations
 
 import fcntl
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from course.tools.judge import _NOT_ASKED as NOT_ASKED
 from planting import build_submission, load_planted, results_by_key, write_submission
 
 COURSE = str(Path(sys.executable).parent / "course")
@@ -51,8 +56,15 @@ def graded_banks(request, tmp_path_factory) -> tuple[dict, Path, str]:
             subs = folder / "submissions"
             for lesson in lessons:
                 write_bank(lesson, subs)
+            # A planted bug is graded on the test cells that must catch it, not on the others, which no
+            # assertion reads (a third of the batch's CPU time); the reference, the untouched notebook and
+            # every correct alternative are graded on every cell.
+            only = {f"{name}/{lesson}": variant["must_fail"] for lesson in lessons
+                    for name, variant in PLANTED[lesson].items() if variant["must_fail"]}
+            (folder / "only-cells.json").write_text(json.dumps(only))
+            env = {**os.environ, "COURSE_GRADE_ONLY_CELLS": str(folder / "only-cells.json")}
             proc = subprocess.run([COURSE, "grade", str(subs), "--out", str(folder / "graded"), "--timeout", "60"],
-                                  capture_output=True, text=True, timeout=3000)
+                                  capture_output=True, text=True, timeout=3000, env=env)
             (folder / "done.json").write_text(json.dumps({"stdout": proc.stdout[-4000:], "stderr": proc.stderr[-4000:]}))
     said = json.loads((folder / "done.json").read_text())
     out = folder / "graded"
@@ -126,6 +138,9 @@ def test_grading_round_trip(lesson, graded_banks):
         if r["status"] != "graded":
             problems.append(f"{name}: status {r['status']} ({r['detail']})")
             continue
+        asked = [c["grade_id"] for c in r["cells"] if c["message"] != NOT_ASKED]
+        if asked != [gid for gid in cells if not variant["must_fail"] or gid in variant["must_fail"]]:
+            problems.append(f"{name}: graded on {asked}, not on the cells its variant names (COURSE_GRADE_ONLY_CELLS)")
         if not variant["must_fail"]:
             if r["score"] != r["max_score"]:
                 problems.append(f"{name} (a correct alternative style) lost points:\n{_cells(r)}")

@@ -682,3 +682,29 @@ def test_what_a_submission_names_cannot_act_in_a_spreadsheet_a_terminal_or_the_f
     assert out.cells[0].source == "# Lesson"                                   # the lesson's own text as it was
     fenced = out.cells[2].source
     assert fenced.startswith("````text\n") and fenced.endswith("\n````"), fenced
+
+
+def test_a_partial_grade_for_the_tests_of_tests_is_never_kept_for_a_full_one(tmp_path, monkeypatch):
+    """``$COURSE_GRADE_ONLY_CELLS`` (tests/test_grading.py's planted bugs graded on their named cells):
+    its digest names the cells, so a run without it grades that submission again; a file that is not
+    the expected JSON stops the command with what to do."""
+    from course.tools import grading
+
+    folder = tmp_path / "ada" / "00_softmax_lookup"
+    folder.mkdir(parents=True)
+    (folder / "00_softmax_lookup.ipynb").write_text("{}")
+    digest = grading._sha256(folder / "00_softmax_lookup.ipynb") + ":v1"
+    partial = {"sha256": digest + grading._only_suffix(["test_a"]), "status": "graded"}
+    assert not grading._needs_judge(partial, folder, "00_softmax_lookup", "v1" + grading._only_suffix(["test_a"]))
+    assert grading._needs_judge(partial, folder, "00_softmax_lookup", "v1")
+    assert not grading._needs_judge({"sha256": digest, "status": "graded"}, folder, "00_softmax_lookup", "v1")
+    monkeypatch.delenv("COURSE_GRADE_ONLY_CELLS", raising=False)
+    assert grading._only_cells() == {}
+    table = tmp_path / "only.json"
+    for text in ("not json", '["test_a"]', '{"ada/00_softmax_lookup": "test_a"}'):
+        table.write_text(text)
+        monkeypatch.setenv("COURSE_GRADE_ONLY_CELLS", str(table))
+        with pytest.raises(SystemExit, match="COURSE_GRADE_ONLY_CELLS=.*(cannot read|expected)"):
+            grading._only_cells()
+    table.write_text('{"ada/00_softmax_lookup": ["test_a"]}')
+    assert grading._only_cells() == {"ada/00_softmax_lookup": ["test_a"]}

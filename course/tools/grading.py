@@ -566,6 +566,29 @@ def _load_gradebook_library() -> None:
         pass
 
 
+def _only_cells() -> dict[str, list[str]]:
+    """The test cells to grade per submission ("student/lesson": [grade_id, ...]) from the JSON file named
+    by ``$COURSE_GRADE_ONLY_CELLS``; {} (every cell) when it is unset. A hook for the course's own tests of
+    its tests (tests/test_grading.py: a planted bug need only be graded on the cells that must catch it),
+    set in the instructor's environment, never by a submission. The other test cells get 0 points and
+    say why; such a result is never reused for a run without the hook (its digest names the cells)."""
+    value = os.environ.get("COURSE_GRADE_ONLY_CELLS")
+    if not value:
+        return {}
+    try:
+        table = json.loads(Path(value).read_text())
+    except (OSError, ValueError) as exc:
+        raise SystemExit(f"COURSE_GRADE_ONLY_CELLS={value}: cannot read it as JSON ({exc}); unset it to grade every cell")
+    if not (isinstance(table, dict) and all(isinstance(v, list) and all(isinstance(g, str) for g in v) for v in table.values())):
+        raise SystemExit(f"COURSE_GRADE_ONLY_CELLS={value}: expected {{\"student/lesson\": [\"grade_id\", ...]}}")
+    return table
+
+
+def _only_suffix(only: list[str] | None) -> str:
+    """What a partial grade (:func:`_only_cells`) adds to a submission's digest."""
+    return "" if only is None else ":only:" + ",".join(sorted(only))
+
+
 def _assignment_cache() -> Path:
     """Where generated assignments are kept between grading folders: ``$COURSE_GRADE_CACHE``, else
     ``.state/grading-cache`` in the checkout (ignored by git; delete it at will)."""
@@ -987,8 +1010,9 @@ def grade(submissions: Path, out: Path, *, timeout: int = 60, lessons: list[str]
     # Judges start now, if anything needs grading, and import their libraries while this process
     # prepares the workspace (both take seconds).
     version = {lesson: _sha256(known[lesson].solution) for lesson in used}    # = the workspace's source/
-    todo = sum(1 for student, lesson, folder in items if _needs_judge(previous.get((student, lesson)), folder, lesson,
-                                                                       version[lesson]))
+    only_cells = _only_cells()
+    todo = sum(1 for student, lesson, folder in items if _needs_judge(
+        previous.get((student, lesson)), folder, lesson, version[lesson] + _only_suffix(only_cells.get(f"{student}/{lesson}"))))
     # Scratch folders of the sandboxes (COURSE_GRADE_SCRATCH picks where: e.g. a faster disk).
     scratch_base = Path(tempfile.mkdtemp(prefix="course-grade-", dir=os.environ.get("COURSE_GRADE_SCRATCH") or None))
     os.chmod(scratch_base, 0o711)
@@ -1096,6 +1120,8 @@ def grade(submissions: Path, out: Path, *, timeout: int = 60, lessons: list[str]
             finish(res)
             return res
         digest = _sha256(path) + ":" + lesson_hash[lesson]
+        only = only_cells.get(f"{student}/{lesson}")
+        digest += _only_suffix(only)
         copy = ws.path / "submitted" / student / lesson / f"{lesson}.ipynb"
         prev = previous.get((student, lesson))
         if _reusable(prev, digest) and (copy.is_file() or not keep_submitted):
@@ -1121,6 +1147,8 @@ def grade(submissions: Path, out: Path, *, timeout: int = 60, lessons: list[str]
                 "sandbox": not unsafe_no_sandbox, "limits": {"memory_mb": memory_mb}, "files": files[lesson],
                 "submission": f"{student}/{lesson}",
                 "release": str(ws.path / "release" / lesson / f"{lesson}.ipynb"), "warm": warm}
+        if only is not None:
+            spec["only_cells"] = list(only)
         judged = judges.grade(slot, spec)
         res = SubmissionResult(student, lesson, max_score=max_score, sha256=digest)
         if "error" in judged:

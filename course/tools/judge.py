@@ -1066,6 +1066,7 @@ def grade_submission(spec: dict) -> dict:
     events: list[str] = []
     pasted: list[str] = []
     tested = False
+    only = set(spec["only_cells"]) if spec.get("only_cells") is not None else None   # see grading._only_cells
     fork = None                 # while test cells run: the stand-ins that existed before the fork
     runs = [i for i, c in enumerate(nb.cells) if c.cell_type == "code" and not (
         c.get("metadata", {}).get("nbgrader", {}).get("grade") or c.get("id") in experiments)]
@@ -1123,6 +1124,9 @@ def grade_submission(spec: dict) -> dict:
             gid = meta.get("grade_id")
             if gid in tests and gid in results:   # a test cell pasted again: one verdict per test, its first
                 pasted.append(f"cell {idx}: test cell {gid} pasted again (ignored)")
+                continue
+            if gid in tests and only is not None and gid not in only:
+                results[gid] = {"passed": False, "message": _NOT_ASKED, "restart": None}
                 continue
             if gid in tests:
                 tested = True
@@ -1200,6 +1204,9 @@ def grade_submission(spec: dict) -> dict:
         result["phases"]["feedback"] = round(time.perf_counter() - f0, 3)
     result["seconds"] = round(time.perf_counter() - t0, 3)
     return result
+
+
+_NOT_ASKED = "not graded: this run grades only the test cells named in $COURSE_GRADE_ONLY_CELLS"
 
 
 def _cells(tests: dict, results: dict, nb) -> list[dict]:
