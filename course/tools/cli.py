@@ -381,7 +381,25 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     return args
 
 
+def _leave_now(code: int) -> None:
+    """End a finished `course grade` without the interpreter's own teardown: freeing torch's, nbgrader's
+    and Dask's modules one by one took 0.7 s after its last line, a fifth of a standing cluster's cost
+    per batch. Everything is written by then (results, gradebook, feedback: each file closed); threads
+    are joined and exit handlers run as at a normal exit, then the process ends with ``code``."""
+    import atexit
+    import threading
+
+    shutdown = getattr(threading, "_shutdown", None)     # joins non-daemon threads, as Python's exit does
+    if shutdown is not None:
+        shutdown()
+    atexit._run_exitfuncs()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv_given = argv
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv and argv[0] in INSTRUCTOR_COMMANDS and not available(argv[0]):
         print(_not_here(argv[0]), file=sys.stderr)
@@ -394,7 +412,10 @@ def main(argv: list[str] | None = None) -> int:
         except (AttributeError, ValueError, OSError):    # called in-process, with a stderr that is no file
             pass
     try:
-        return int(args.func(args) or 0)
+        code = int(args.func(args) or 0)
+        if argv_given is None and args.command == "grade":
+            _leave_now(code)
+        return code
     except ModuleNotFoundError as exc:
         if (exc.name or "").startswith("course.tools."):    # a learner's copy that lacks what a command needs
             print(f"course {args.command}: {exc.name} is missing from this copy of the course ({root_of_package()}); "
