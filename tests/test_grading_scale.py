@@ -526,3 +526,22 @@ def test_a_sandbox_that_cannot_start_stops_the_batch(tmp_path):
     assert "the sandbox did not start: bwrap: setting up uid map" in proc.stderr, proc.stderr[-2000:]
     rows = results_by_key(tmp_path / "out" / "results.json")
     assert len(rows) == 1 and all(r["status"] == "grader-error" for r in rows.values()), rows
+
+
+def test_the_embedded_cluster_starts_once_whatever_the_number_of_grading_threads(monkeypatch):
+    """Every grading thread asks the executor to start; only the first call starts a cluster (each call
+    used to start one: `--jobs 2` ran 3 clusters, 6 workers, 6 judges and 6 warm sandboxes)."""
+    import threading
+
+    pytest.importorskip("distributed", reason="Dask not installed (pip install 'course[dask]')")
+    from course.tools import grading_dask
+
+    calls = []
+    monkeypatch.setattr(grading_dask.DaskJudges, "_connect", lambda self: calls.append(threading.get_ident()))
+    judges = grading_dask.DaskJudges(2)
+    threads = [threading.Thread(target=judges.start_all) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert judges._ready.wait(10) and len(calls) == 1, calls

@@ -161,6 +161,7 @@ class DaskJudges:
         self.phases: dict[str, float] = {}
         self.client = self.cluster = None
         self._ready = threading.Event()
+        self._start_lock, self._started = threading.Lock(), False
         self._error: BaseException | None = None
         self._bundles: dict[str, dict] = {}
         self._t0 = time.perf_counter()
@@ -200,7 +201,13 @@ class DaskJudges:
         self.phases["dask cluster"] = time.perf_counter() - t
 
     def start_all(self) -> None:
-        """Start the embedded cluster (its workers start their judges) while the batch is prepared."""
+        """Start the embedded cluster (its workers start their judges) while the batch is prepared. Once:
+        every grading thread calls it, and each call used to start a cluster of its own (a batch with 2
+        jobs ran 3 clusters, 6 workers, 6 judges and 6 warm sandboxes)."""
+        with self._start_lock:
+            if self._started:
+                return
+            self._started = True
         if self.client is not None:
             self._ready.set()
             return
@@ -233,8 +240,7 @@ class DaskJudges:
     def grade(self, slot: int, spec: dict) -> dict:
         from distributed import KilledWorker
 
-        if self.client is None and not self._ready.is_set():
-            self.start_all()
+        self.start_all()
         self._ready.wait()
         if self._error is not None or self.client is None:
             return {"error": f"the Dask cluster did not start: {type(self._error).__name__}: {self._error}"}
