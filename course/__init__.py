@@ -9,16 +9,7 @@ Shape letters used across the package (the glossary):
     H heads, Dh head size (D / H), V vocabulary size, N memory slots / patches.
 """
 
-import atexit as _atexit
-import gc as _gc
-
 from course.config import Run, setup
-
-# A process that imported torch spent 0.6-0.8 s of CPU after its last line, in the cyclic garbage
-# collector's passes over torch's millions of objects as the interpreter shut down: every lesson's
-# kernel, `course` command, judge and sandbox paid it. Frozen at exit, those objects are skipped by
-# the collector and still freed as usual (0.15 s); every exit handler still runs.
-_atexit.register(_gc.freeze)
 
 __all__ = ["Run", "setup", "__version__"]
 __version__ = "0.1.0"

@@ -161,7 +161,7 @@ class DaskJudges:
         self.phases: dict[str, float] = {}
         self.client = self.cluster = None
         self._ready = threading.Event()
-        self._start_lock, self._started = threading.Lock(), False
+        self._start_lock, self._started, self._closed = threading.Lock(), False, False
         self._error: BaseException | None = None
         self._bundles: dict[str, dict] = {}
         self._t0 = time.perf_counter()
@@ -218,9 +218,17 @@ class DaskJudges:
             except BaseException as exc:  # noqa: BLE001 - reported by grade()
                 self._error = exc
             finally:
+                with self._start_lock:
+                    closed = self._closed
+                if closed:                     # the batch ended (e.g. failed) while the cluster started
+                    self._close_now()
                 self._ready.set()
 
-        threading.Thread(target=start, daemon=True).start()
+        try:
+            threading.Thread(target=start, daemon=True).start()
+        except BaseException as exc:  # noqa: BLE001 - no thread: reported by grade(), which must not wait
+            self._error = exc
+            self._ready.set()
 
     def _bundle(self, spec: dict) -> dict:
         source = spec["source"]
@@ -266,6 +274,11 @@ class DaskJudges:
         return answer
 
     def close(self, hurry: bool = False) -> None:
+        with self._start_lock:
+            self._closed = True
+        self._close_now()
+
+    def _close_now(self) -> None:
         for thing in (self.client, self.cluster):
             if thing is not None:
                 try:
