@@ -478,6 +478,32 @@ def test_what_a_test_sends_does_not_survive_into_later_cells(tmp_path, judge_scr
     assert "4242" not in json.dumps(result["outputs"]), result["outputs"]
 
 
+LOOP_PER_PROCESS = """
+import asyncio, gc, os
+_loops = {}
+def f(x):
+    if os.getpid() not in _loops:      # a loop made in another process is of no use here
+        _loops.clear()
+        _loops[os.getpid()] = asyncio.new_event_loop()
+        gc.collect()
+    loop = _loops[os.getpid()]
+    return loop.run_until_complete(loop.run_in_executor(None, lambda: x * 2))
+f(torch.ones(1))
+"""
+
+
+def test_a_test_does_not_finalise_what_the_learners_process_holds(tmp_path, judge_scratch):
+    """A test's fork of the learner's process runs no finaliser of an object made before it: an event
+    loop collected there unregistered its wake-up socket from the epoll instance both processes share,
+    and the learner's next cell waited for ever (a timeout, or not, by when the garbage collector ran)."""
+    after = "assert f(torch.ones(1)).item() == 2.0"
+    source, sub = _lesson(tmp_path, LOOP_PER_PROCESS, "assert f(torch.ones(2)).tolist() == [2.0, 2.0]", after)
+    result = _judge(judge_scratch, source, sub, timeout=10)
+    assert result["cells"][0]["passed"], result
+    later = result["outputs"]["3"]
+    assert later["error"] is None and not result.get("events"), (later, result.get("events"))
+
+
 def test_the_lessons_files_reach_the_working_folder(tmp_path, judge_scratch):
     """The scratch folders are the sandbox's own tmpfs mounts; the lesson's data files still reach
     the working folder of every submission (through a read-only inbox)."""

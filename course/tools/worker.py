@@ -9,6 +9,7 @@ calls, and sends back what they returned.
 from __future__ import annotations
 
 import contextlib
+import gc
 import io
 import os
 import sys
@@ -500,6 +501,11 @@ class Worker:
             os.close(w)
             raise _NoFork(str(exc)) from None
         if pid == 0:
+            # Nothing the learner's process held before the fork is finalised here: a cycle collected in
+            # this child would run its __del__ on state it shares with the parent (an event loop's close()
+            # unregisters its wake-up socket from the epoll instance both processes hold, and the parent's
+            # next run_until_complete waited forever: a notebook timed out or not, by when the GC ran).
+            gc.freeze()
             os.close(r)
             self.test_fd = w
             self.next_id += 1 << 40         # the test's handles never name an object of the parent
