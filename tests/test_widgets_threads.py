@@ -103,17 +103,25 @@ def test_two_redraws_at_once_each_show_their_whole_figure(kernel):
         kc.shell_channel.send(m)
         return m["header"]["msg_id"]
 
-    def images(parents, quiet=2.0):
-        got = {p: [] for p in parents}
-        while True:
+    def images(parents, quiet=0.5, limit=60.0):
+        """The images each message's handler showed: read until every one has gone idle, then until
+        nothing more comes for ``quiet`` seconds (a late image would still be counted)."""
+        got, busy = {p: [] for p in parents}, set(parents)
+        end = time.monotonic() + limit
+        while time.monotonic() < end:
             try:
-                m = kc.get_iopub_msg(timeout=quiet)
+                m = kc.get_iopub_msg(timeout=quiet if not busy else max(0.1, end - time.monotonic()))
             except queue.Empty:
-                return got
+                if not busy:
+                    return got
+                continue
             parent = m["parent_header"].get("msg_id")
             assert m["msg_type"] != "error", m["content"]
             if parent in got and m["msg_type"] == "display_data" and "image/png" in m["content"]["data"]:
                 got[parent].append(_ink(m["content"]["data"]["image/png"]))
+            if parent in busy and m["msg_type"] == "status" and m["content"]["execution_state"] == "idle":
+                busy.discard(parent)
+        raise AssertionError(f"no idle status after {limit} s for {len(busy)} of {len(parents)} messages: {got}")
 
     first, plain = change(slider, {"value": 1}), change(other, {"value": 1})
     assert [len(v) for v in images([first, plain]).values()] == [1, 0]
