@@ -578,6 +578,7 @@ KILL_WHAT_RUNS_NEXT = """
 import os, signal, time
 if os.fork() == 0:                       # a daemon that kills every other process of its sandbox, again and again
     os.setsid()
+    time.sleep(1.0)                      # once this cell has ended: it kills what runs next, not its own cell
     me, end = os.getpid(), time.time() + 60
     while time.time() < end:
         for p in os.listdir("/proc"):
@@ -600,7 +601,7 @@ def test_a_notebook_that_keeps_killing_itself_is_its_own_doing(tmp_path, judge_s
     from course.tools import judge
 
     monkeypatch.setattr(judge, "MAX_RESTARTS", 1)
-    slow = "import time\ntime.sleep(2)\n"            # the daemon kills within milliseconds: never a cell that ends first
+    slow = "import time\ntime.sleep(2)\n"            # the daemon starts killing 1 s after its cell: these are still running
     source, sub = _lesson(tmp_path, KILL_WHAT_RUNS_NEXT, slow + "assert f() == 1", after=slow + "x = 1")
     result = _judge(judge_scratch, source, sub, timeout=10)
     events = result["events"]
