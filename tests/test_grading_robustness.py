@@ -504,6 +504,34 @@ def test_a_test_does_not_finalise_what_the_learners_process_holds(tmp_path, judg
     assert later["error"] is None and not result.get("events"), (later, result.get("events"))
 
 
+def test_a_learners_torch_threads_do_not_hang_the_tests(tmp_path, judge_scratch):
+    """torch.set_num_threads(2) in a learner's cell, then a parallel operator: a fork's first parallel
+    region waited for OpenMP's thread team, which the fork does not copy (a timeout on honest code)."""
+    solution = ("torch.set_num_threads(2)\na = torch.randn(512, 512)\nb = a @ a\n"
+                "def f():\n    return float((a @ a).sum())")
+    source, sub = _lesson(tmp_path, solution, "assert abs(f() - float(b.sum())) < 1e-2 * float(b.abs().sum())",
+                          "assert torch.get_num_threads() == 2")
+    result = _judge(judge_scratch, source, sub, timeout=10)
+    assert result["cells"][0]["passed"] and not result["events"], result
+    assert result["outputs"]["3"]["error"] is None, result["outputs"]   # the learner's own setting is kept
+
+
+def test_a_test_that_waits_on_the_learners_threads_says_why(tmp_path, judge_scratch):
+    """A thread pool made in a learner's cell has no threads in the tests' fork: its work never runs there.
+    The timeout's message says so, and what to do."""
+    solution = ("from concurrent.futures import ThreadPoolExecutor\nPOOL = ThreadPoolExecutor(2)\n"
+                "POOL.submit(int).result()\ndef f(x):\n    return POOL.submit(lambda: x * 2).result()")
+    source, sub = _lesson(tmp_path, solution, "assert f(torch.ones(1)).item() == 2.0", "x = 1")   # a cell after: a fork
+    result = _judge(judge_scratch, source, sub, timeout=4)
+    cell = result["cells"][0]
+    assert not cell["passed"] and "thread" in cell["message"] and "inside the function" in cell["message"], cell
+    (tmp_path / "plain").mkdir()
+    plain, sub2 = _lesson(tmp_path / "plain", "import time\ndef f(x):\n    time.sleep(30)\n    return x",
+                          "assert f(torch.ones(1)).item() == 1.0", "x = 1")
+    cell = _judge(judge_scratch, plain, sub2, timeout=4)["cells"][0]
+    assert not cell["passed"] and "thread" not in cell["message"], cell      # no threads: no such hint
+
+
 def test_the_lessons_files_reach_the_working_folder(tmp_path, judge_scratch):
     """The scratch folders are the sandbox's own tmpfs mounts; the lesson's data files still reach
     the working folder of every submission (through a read-only inbox)."""

@@ -664,6 +664,7 @@ class Session:
                         _mirror(list(tensors) + list(containers), containers, entry[2])
             if kw.get("containers") and isinstance(reply.get("watch"), int):
                 self.watches[reply["watch"]] = (list(mutable or []), list(held or []))
+        self.last_reply = reply
         if reply.get("ok") is True:
             return reply.get("value") if "missing" not in reply else _MISSING
         raise _rebuild_error(self._withheld(reply.get("error") or {}))
@@ -1331,7 +1332,8 @@ def run_test(session: Session, cell, context: dict, student_defs: dict, timeout:
             exec(code, ns)
         passed, message, restart = True, "", None
     except WorkerGone as exc:
-        passed, message, restart = False, _message(exc, timeout), ("timeout" if exc.timeout else "died")
+        passed, restart = False, "timeout" if exc.timeout else "died"
+        message = _message(exc, timeout) + (_threads_hint(session) if exc.timeout else "")
     except BaseException as exc:  # noqa: BLE001 - any exception is a failed test
         if isinstance(exc, (KeyboardInterrupt, SystemExit)) and not isinstance(exc, SystemExit):
             raise
@@ -1374,7 +1376,20 @@ def _fork_for_tests(session: Session, timeout: int) -> set:
     finally:
         session.deadline = None
     session.fork_saw_hidden = False        # a fresh fork: no hidden input has reached it yet
+    threads = getattr(session, "last_reply", {}).get("threads")      # the worker's word: a hint, nothing more
+    session.fork_threads = threads if type(threads) is int and 0 < threads < 100_000 else 0
     return set(session.proxies)
+
+
+def _threads_hint(session) -> str:
+    """Why a test may time out where the notebook does not: the threads the learner's code had started."""
+    n = getattr(session, "fork_threads", 0)
+    if not n:
+        return ""
+    return (f" Your code had started {n} thread{'s' if n > 1 else ''} before these tests (a thread pool, an event "
+            "loop's executor, a background worker...). Tests call your functions in a copy of your process made "
+            "by fork, which has none of those threads, so work handed to them never ends there: start such "
+            "threads inside the function that uses them, or do the work without them.")
 
 
 def _end_tests(session: Session, known: set, timeout: int) -> None:

@@ -243,6 +243,9 @@ class Worker:
         self.violations: list[str] = []
         self._held = ({}, Worker._integrity, {})     # serve() replaces it with its snapshot
         self._last_call = None       # inside a seeing block: the last call's tensors and containers
+        threading = sys.modules.get("threading")
+        self.threads_before = threading.active_count() if threading else 1   # the worker's own, before any cell
+        self.threads_at_fork = 0
 
     # -- handles ------------------------------------------------------------------------------
     def handle_of(self, obj):
@@ -493,6 +496,8 @@ class Worker:
     def test_begin(self) -> bool:
         """Fork: the child serves this test cell's requests, then exits; the parent waits, so nothing the
         test sent survives into later cells. Returns True in the child."""
+        threading = sys.modules.get("threading")
+        self.threads_at_fork = max(0, threading.active_count() - self.threads_before) if threading else 0
         r, w = os.pipe()
         try:
             pid = os.fork()
@@ -506,6 +511,15 @@ class Worker:
             # unregisters its wake-up socket from the epoll instance both processes hold, and the parent's
             # next run_until_complete waited forever: a notebook timed out or not, by when the GC ran).
             gc.freeze()
+            # OpenMP (GNU libgomp) is not fork-safe: after a learner's torch.set_num_threads(n > 1) and one
+            # parallel operator, this child's first parallel region waited for the parent's thread team,
+            # which a fork does not copy. One thread here; the parent keeps the learner's setting.
+            torch = sys.modules.get("torch")
+            try:
+                if torch is not None and torch.get_num_threads() > 1:
+                    torch.set_num_threads(1)
+            except Exception:  # noqa: BLE001 - a learner's torch that cannot say: its own tests show it
+                pass
             os.close(r)
             self.test_fd = w
             self.next_id += 1 << 40         # the test's handles never name an object of the parent
@@ -548,8 +562,8 @@ class Worker:
                 except _NoFork as exc:  # the judge ends the notebook: a restart would replay the same cells
                     self.send({"ok": False, "error": {"type": "NoFork", "message": str(exc)[:200]}})
                     continue
-                if forked:
-                    self.send({"ok": True, "value": "forked"})
+                if forked:              # the learner's threads at the fork: the judge's hint on a timeout
+                    self.send({"ok": True, "value": "forked", "threads": self.threads_at_fork})
                 continue                # (the parent says nothing: the child answered)
             if isinstance(req, dict) and req.get("op") == "test-end":
                 self.send({"ok": True, "value": "ended"})
