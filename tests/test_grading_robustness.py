@@ -532,6 +532,19 @@ def test_a_test_that_waits_on_the_learners_threads_says_why(tmp_path, judge_scra
     assert not cell["passed"] and "thread" not in cell["message"], cell      # no threads: no such hint
 
 
+def test_a_learners_own_classes_and_functions_pickle_as_in_jupyter(tmp_path, judge_scratch):
+    """Jupyter runs a notebook in ``__main__``: ``torch.save`` of a whole model whose class the notebook
+    defines, or pickling one of its functions, works there, and so under grading."""
+    solution = ("import pickle\nclass Tiny(torch.nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+                "        self.w = torch.nn.Parameter(torch.full((2,), 3.0))\n    def forward(self, x):\n"
+                "        return x * self.w\ntorch.save(Tiny(), 'tiny.pt')\nmodel = torch.load('tiny.pt', weights_only=False)\n"
+                "def double(x):\n    return 2 * x\nagain = pickle.loads(pickle.dumps(double))\n"
+                "def f(x):\n    return again(model(x)).detach()")
+    source, sub = _lesson(tmp_path, solution, "assert f(torch.ones(2)).tolist() == [6.0, 6.0]")
+    result = _judge(judge_scratch, source, sub, timeout=20)
+    assert result["cells"][0]["passed"] and result["outputs"]["1"]["error"] is None, (result["cells"], result["outputs"])
+
+
 def test_the_lessons_files_reach_the_working_folder(tmp_path, judge_scratch):
     """The scratch folders are the sandbox's own tmpfs mounts; the lesson's data files still reach
     the working folder of every submission (through a read-only inbox)."""

@@ -236,6 +236,8 @@ class Worker:
         self.wire = wire
         self.rfd, self.wfd = rfd, wfd
         self.ns: dict = {"__name__": "__main__", "__builtins__": __builtins__, "get_ipython": _NoIPython}
+        global _LEARNER_NS
+        _LEARNER_NS = self.ns
         self.objects: dict[int, object] = {}
         self.ids: dict[int, int] = {}
         self.next_id = 0
@@ -643,6 +645,18 @@ class Worker:
 
 
 _PRISTINE: dict = {}       # Worker._integrity() taken at start, before any learner's code ran
+_LEARNER_NS: dict | None = None     # the learner's namespace (Worker.ns), for the lookup below
+
+
+def __getattr__(name: str):
+    """The learner's names, looked up on ``__main__`` (this module, as the worker runs): pickle finds a
+    class or function the notebook defined there, as in Jupyter, whose namespace is ``__main__``.
+    ``torch.save(model)`` of a notebook's own ``nn.Module`` failed with "attribute lookup ... on
+    __main__ failed". The worker's own names come first."""
+    ns = _LEARNER_NS
+    if ns is not None and not name.startswith("__") and name in ns:
+        return ns[name]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 SCRATCH = ("/sandbox/work", "/sandbox/home", "/tmp")
 INBOX = "/sandbox/inbox"            # the lesson's data files, bound read-only; copied into work/ per submission
