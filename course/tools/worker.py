@@ -658,6 +658,7 @@ def __getattr__(name: str):
         return ns[name]
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
+
 SCRATCH = ("/sandbox/work", "/sandbox/home", "/tmp")
 INBOX = "/sandbox/inbox"            # the lesson's data files, bound read-only; copied into work/ per submission
 
