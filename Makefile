@@ -25,7 +25,7 @@ export HF_HUB_OFFLINE      := 1
 export PYTHONDONTWRITEBYTECODE := 1
 $(shell mkdir -p $(JUPYTER_CONFIG_DIR) $(JUPYTER_DATA_DIR) $(JUPYTER_RUNTIME_DIR) $(IPYTHONDIR) $(MPLCONFIGDIR) $(TORCH_HOME) $(HF_HOME) $(XDG_CACHE_HOME))
 
-.PHONY: setup run test test-browser lab instructor release grade doctor gpu clean workshop-release workshop-collect workshop-grade workshop-return workshop-status
+.PHONY: setup run test lint test-browser lab instructor release grade doctor gpu clean workshop-release workshop-collect workshop-grade workshop-return workshop-status
 
 setup: $(STAMP)
 
@@ -40,8 +40,12 @@ $(STAMP): pyproject.toml constraints.txt
 run: $(STAMP)
 	$(BIN)/course run --profile $(PROFILE) --out $(OUT)
 
-test: $(STAMP)
+test: $(STAMP) lint
 	$(BIN)/python -m pytest -n 2 --dist worksteal -q --durations=15 tests
+
+# ruff, configured in pyproject.toml (make test runs it first).
+lint: $(STAMP)
+	$(BIN)/ruff check course tests bench
 
 # Every lesson's page in Chromium (make test drives four of them; see tests/test_browser.py).
 test-browser: $(STAMP)

@@ -52,7 +52,7 @@ done
 # Tools: the checkout's venv when there is one (make setup), else what is on PATH.
 if [ -x "$ROOT/.venv/bin/python" ]; then PY="$ROOT/.venv/bin/python"; else PY="$(command -v python3 || command -v python)"; fi
 [ -n "$PY" ] || { echo "bench/gpu.sh: no Python found: run 'make setup' in $ROOT first" >&2; exit 2; }
-COURSE=("$PY" -m course.tools.cli)
+COURSE=("$PY" -m course.commands.cli)
 
 # OUT: absolute, relative paths taken from the folder the script was started in.
 OUT="${OUT:-$ROOT/results/gpu}"
@@ -123,7 +123,7 @@ want() { case " $STEPS " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
 
 echo "GPU checklist: device=$DEVICE${GPU_NAME:+ ($GPU_NAME)} profile=$PROFILE quick=$QUICK out=$OUT"
 T0=$(date +%s.%N)
-want doctor && run_step doctor "$PY" -m course.tools.doctor --json "$OUT/doctor.json"
+want doctor && run_step doctor "$PY" -m course.commands.doctor --json "$OUT/doctor.json"
 # shellcheck disable=SC2086 # LESSONS is a list of ids
 want lessons && run_step lessons "${COURSE[@]}" run $LESSONS --profile "$PROFILE" --device "$DEVICE" --out "$OUT/lessons"
 for bench in attention_scaling gpt bert vit; do

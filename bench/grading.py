@@ -93,7 +93,7 @@ def make_batch(folder: Path, lesson: str, n: int, identical: bool) -> Path:
 
 def prime_cache(lesson: str, work: Path) -> float:
     """Generate the lesson's assignment once into the assignment cache (as a lesson's first batch does)."""
-    from course.tools.grading import _generate_assignments
+    from course.grading.assignments import generate_assignments as _generate_assignments
     from course.tools.workspace import Workspace
 
     start = time.perf_counter()
@@ -122,7 +122,7 @@ def main() -> None:
     t_nb = nbgrader_autograde(args.lesson, subs, tmp / "nbgrader")
     t_generate = prime_cache(args.lesson, tmp / "prime")
     modes = [(f"course grade --jobs {jobs}", lambda batch, out: timed_grade(batch, out, jobs)),
-             (f"2 shards side by side + merge", lambda batch, out: sharded(batch, out, jobs))]
+             ("2 shards side by side + merge", lambda batch, out: sharded(batch, out, jobs))]
     standing = {}
 
     def standing_grade(batch: Path, out: Path):

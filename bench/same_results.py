@@ -47,11 +47,13 @@ def write_banks(subs: Path, lessons: list[str] | None) -> int:
     return count
 
 
-def graded(python: Path, subs: Path, out: Path, jobs: int, timeout: int) -> tuple[dict, str]:
+def graded(python: Path, tree: Path, subs: Path, out: Path, jobs: int, timeout: int) -> tuple[dict, str]:
     env = dict(os.environ, PATH=f"{python.parent}:{Path(sys.executable).parent}:{os.environ['PATH']}")
-    proc = subprocess.run([str(python), "-m", "course.tools.cli", "grade", str(subs), "--out", str(out),
-                           "--jobs", str(jobs), "--timeout", str(timeout)], capture_output=True, text=True, env=env,
-                          cwd=out.parent)
+    cli = "course.commands.cli" if (tree / "course" / "commands" / "cli.py").is_file() else "course.tools.cli"
+    proc = subprocess.run([str(python), "-m", cli, "grade", str(subs), "--out", str(out), "--jobs", str(jobs),
+                           "--timeout", str(timeout)], capture_output=True, text=True, env=env, cwd=out.parent)
+    if not (out / "results.json").is_file():
+        raise SystemExit(f"{tree.name} wrote no results:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
     rows = json.loads((out / "results.json").read_text(encoding="utf-8"))
     for row in rows:
         for key in TIMINGS:
@@ -76,7 +78,7 @@ def main() -> None:
         found = {}
         for name, commit in (("old", args.commit), ("new", args.new)):
             python = side(tmp, name, commit)
-            found[name] = graded(python, subs, tmp / f"out-{name}", args.jobs, args.timeout)
+            found[name] = graded(python, tmp / f"{name}-tree", subs, tmp / f"out-{name}", args.jobs, args.timeout)
             print(f"{name} ({commit}): {len(found[name][0])} results", flush=True)
         (old, old_csv), (new, new_csv) = found["old"], found["new"]
         differences = []

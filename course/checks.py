@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import contextvars
+import dataclasses
+import typing
 import inspect
 import math
 import re
@@ -37,7 +40,8 @@ __all__ = [
     "constant_hidden_values",
     "zero_values",
     "check_dropout_inside",
-    "FORBIDDEN_HOOK",
+    "GradingHooks",
+    "graded_by",
 ]
 
 
@@ -130,7 +134,8 @@ def check_close(actual, expected, what: str, *, atol: float = 1e-5, rtol: float 
 def check_rows_sum_to_one(weights: torch.Tensor, what: str, *, dim: int = -1, atol: float = 1e-5, allow_zero_rows: bool = False) -> None:
     """Attention weights are a distribution along ``dim``: non-negative and summing to 1."""
     check_finite(weights, what)
-    check(bool((weights >= -atol).all()), f"{what} has a negative entry ({weights.min().item():.4g}); weights come out of a softmax and are never negative.")
+    check(bool((weights >= -atol).all()),
+          f"{what} has a negative entry ({weights.min().item():.4g}); weights come out of a softmax and are never negative.")
     sums = weights.sum(dim=dim)
     ok = (sums - 1).abs() <= atol
     if allow_zero_rows:
@@ -176,7 +181,29 @@ def check_gradients(module: torch.nn.Module, loss: torch.Tensor, what: str) -> N
 # comes back is always a copy: tensors by value, never an autograd graph. These helpers are written
 # so the same test cell works in the learner's kernel and under the judge.
 
-FORBIDDEN_HOOK = None   # set by the grading judge: forwards `forbid` into the sandbox
+@dataclasses.dataclass(frozen=True)
+class GradingHooks:
+    """What the grading judge plugs into these checks while it runs a submission's test cells (and only
+    then, through :func:`graded_by`): ``forbid(names, why, limit)`` returns a context manager that blocks
+    the forbidden calls inside the sandbox, where the learner's code runs; ``tampering`` lists what in
+    the notebook reaches around that check (each test that uses :func:`forbid` then fails)."""
+
+    forbid: typing.Callable
+    tampering: tuple[str, ...] = ()
+
+
+_GRADING: contextvars.ContextVar[GradingHooks | None] = contextvars.ContextVar("course_grading_hooks", default=None)
+
+
+@contextlib.contextmanager
+def graded_by(hooks: GradingHooks):
+    """Inside this block, :func:`forbid` uses the grading judge's ``hooks`` (see :class:`GradingHooks`)."""
+    token = _GRADING.set(hooks)
+    try:
+        yield
+    finally:
+        _GRADING.reset(token)
+
 
 _SEEING_IN_PLACE = [0]   # how many `seeing_in_place_changes` blocks are open (read by the grading judge)
 
@@ -220,7 +247,7 @@ def _forbidden_in_source(source: str, names: tuple[str, ...]) -> list[str]:
     return found
 
 
-def _source(fn) -> str:
+def source_of(fn) -> str:
     src = getattr(fn, "__course_source__", None)      # set by the grading judge on the learner's names
     if src is not None:
         return src
@@ -230,7 +257,7 @@ def _source(fn) -> str:
         return ""
 
 
-def _targets(names: tuple[str, ...]):
+def forbidden_targets(names: tuple[str, ...]):
     """Every (owner, attribute) in torch's public namespaces whose attribute is one of ``names``."""
     import torch.nn.functional as F
 
@@ -242,9 +269,6 @@ def _targets(names: tuple[str, ...]):
                 if attr in getattr(owner, "__dict__", {}) or hasattr(owner, attr):
                     out.append((owner, attr))
     return out
-
-
-FORBIDDEN_TAMPERING: list[str] = []   # set by the grading judge: what in the notebook reaches around these checks
 
 
 @contextlib.contextmanager
@@ -266,15 +290,16 @@ def forbid(fn, *names: str, why: str, limit: int | None = None):
     """
     from course import forbidden
 
-    if FORBIDDEN_TAMPERING:
-        raise AssertionError(f"your notebook reaches around the check of forbidden calls ({'; '.join(FORBIDDEN_TAMPERING[:3])}): "
+    hooks = _GRADING.get()
+    if hooks is not None and hooks.tampering:
+        raise AssertionError(f"your notebook reaches around the check of forbidden calls ({'; '.join(hooks.tampering[:3])}): "
                              f"this exercise asks you to {why}, and tests that check it fail for a notebook that does this.")
-    found = _forbidden_in_source(_source(fn), names)
+    found = _forbidden_in_source(source_of(fn), names)
     if found:
         raise AssertionError(f"{getattr(fn, '__name__', 'your code')} uses {', '.join(found[:3])}: this exercise asks "
                              f"you to {why}, without calling {' or '.join(names)}.")
-    if FORBIDDEN_HOOK is not None:                   # under grading: block them inside the sandbox
-        with FORBIDDEN_HOOK(names, why, limit):
+    if hooks is not None:                            # under grading: block them inside the sandbox
+        with hooks.forbid(names, why, limit):
             yield
         return
     label = getattr(fn, "__name__", "your code")     # read only here: under grading, a read is a round trip
@@ -287,7 +312,7 @@ def forbid(fn, *names: str, why: str, limit: int | None = None):
             raise AssertionError(f"{qual} was called: this exercise asks you to {why}.")
         return blocked
 
-    for owner, attr in _targets(names):
+    for owner, attr in forbidden_targets(names):
         try:
             saved.append((owner, attr, owner.__dict__[attr] if attr in owner.__dict__ else getattr(owner, attr)))
             setattr(owner, attr, blocker(f"{getattr(owner, '__name__', 'torch')}.{attr}"))

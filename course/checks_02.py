@@ -103,7 +103,7 @@ def no_shortcut(fn):
     imports; a step imported under its bare name is caught here too.
     """
     try:
-        tree = ast.parse(textwrap.dedent(checks._source(fn)))
+        tree = ast.parse(textwrap.dedent(checks.source_of(fn)))
     except SyntaxError:
         tree = None
     used = sorted({node.id for node in ast.walk(tree) if isinstance(node, ast.Name) and node.id in SHORTCUTS}) if tree else []

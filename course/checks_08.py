@@ -10,14 +10,15 @@ instance can be handed to the learner's decoders under the grader too.
 
 from __future__ import annotations
 
-import math
 
 import torch
 from torch import nn
 
 from course import checks
 
-__all__ = ["TableModel", "length_penalty_model", "make_decoder_block", "DROPOUT_SITES", "decoder_dropout_probe", "check_transformer_dropout", "check_decoder_block", "randomise_norms", "call_model", "gnmt_penalty", "sequence_logprob", "check_hypotheses", "strip_after_eos", "random_state_dicts"]
+__all__ = ["TableModel", "length_penalty_model", "make_decoder_block", "DROPOUT_SITES", "decoder_dropout_probe",
+           "check_transformer_dropout", "check_decoder_block", "randomise_norms", "call_model", "gnmt_penalty",
+           "sequence_logprob", "check_hypotheses", "strip_after_eos", "random_state_dicts"]
 
 PAD, BOS, EOS = 0, 1, 2
 

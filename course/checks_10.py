@@ -16,7 +16,7 @@ import torch
 from course import checks
 from course.oracles import bert as bridge
 
-__all__ = ["check_random_tokens_cover_vocabulary", "check_negative_sources", "check_coin_per_sentence", 
+__all__ = ["check_random_tokens_cover_vocabulary", "check_negative_sources", "check_coin_per_sentence",
     "masking_batch", "masking_stats", "check_masking_consistent", "sentence_documents", "nsp_origins",
     "hf_bert", "load_hf_weights", "load_hf_embeddings", "hf_outputs", "SHORTCUTS", "WHY",
 ]

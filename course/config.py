@@ -111,7 +111,7 @@ _FIX = ('Set DEVICE = "auto" (the GPU when there is one, the CPU otherwise) or D
         "parameters cell (the first code cell), then run the notebook again.")
 
 
-def _no_cuda_reason() -> str:
+def no_cuda_reason() -> str:
     import torch
 
     if torch.version.cuda is None and getattr(torch.version, "hip", None) is None:
@@ -146,7 +146,7 @@ def resolve_device(device: str = "auto") -> str:
             raise ValueError(f"DEVICE = {device!r} is not a device: write 'cuda' or 'cuda:N' with N a number.")
         if not torch.cuda.is_available():
             raise DeviceError(f"DEVICE = {device!r} was asked for, but this machine has no CUDA GPU visible to "
-                              f"PyTorch: {_no_cuda_reason()}. {_FIX}")
+                              f"PyTorch: {no_cuda_reason()}. {_FIX}")
         count = torch.cuda.device_count()
         if index and int(index) >= count:
             raise DeviceError(f"DEVICE = {device!r} was asked for, but this machine has {count} CUDA GPU(s): "

@@ -20,6 +20,7 @@ Peak memory, two ways:
 
 from __future__ import annotations
 
+import functools
 import math
 import statistics
 import time
@@ -302,12 +303,12 @@ def measure_scaling(methods: dict[str, Callable], lengths: Iterable[int], make_i
                 warm = warmup
                 if memory:
                     start = time.perf_counter()
-                    out, peak = peak_memory(lambda: fn(*inputs), device=device)
+                    out, peak = peak_memory(functools.partial(fn, *inputs), device=device)
                     row["peak_bytes"] = float(peak)
                     del out
                     if time.perf_counter() - start > 1.0:     # a slow call has warmed up enough: save the time
                         warm = 0
-                row["seconds"] = time_call(lambda: fn(*inputs), device=device, warmup=warm,
+                row["seconds"] = time_call(functools.partial(fn, *inputs), device=device, warmup=warm,
                                            repeat=repeat, max_seconds=time_limit)
             except Exception as exc:  # noqa: BLE001 - only out-of-memory is expected; re-raise the rest
                 if not is_out_of_memory(exc):

@@ -124,7 +124,7 @@ def _qualname(func) -> str:
     return f"{getattr(func, '__module__', None) or 'torch'}.{qual}"
 
 
-def _tasks_created() -> int | None:
+def tasks_created() -> int | None:
     """The last PID (of a process or a thread) created in this PID namespace, when that namespace is the
     grader's sandbox (its PID 1 is the sandbox's zygote); None elsewhere (the learner's own kernel, or a
     grader run without a sandbox), where other processes of the machine move it too."""
@@ -163,14 +163,14 @@ class Guard:
         raise AssertionError(msg)
 
     def __enter__(self):
-        self._tasks = _tasks_created()
+        self._tasks = tasks_created()
         for mode in self._modes:
             mode.__enter__()
         return self
 
     def __exit__(self, *exc):
         functions, kernels = self._modes
-        if self._tasks is not None and _tasks_created() != self._tasks:
+        if self._tasks is not None and tasks_created() != self._tasks:
             self.violations.append("your code started a thread or a process while the check of forbidden calls was "
                                    "on: the check watches the thread that calls your function, so the exercise's "
                                    f"functions must do their work in that thread. This exercise asks you to {self.why}.")
@@ -290,12 +290,12 @@ def other_threads() -> bool:
 _TAMPER_ATTRS = {"_C", "ops", "_pop_mode", "_push_mode", "_disable_current_modes", "_python_dispatch", "_get_current_dispatch_mode_stack",
                  "TorchDispatchMode", "TorchFunctionMode", "__torch_dispatch__", "__torch_function__", "DispatchKey",
                  "DisableTorchFunction", "DisableTorchFunctionSubclass", "_DisableTorchDispatch", "as_subclass",
-                 "_targets", "FORBIDDEN_HOOK", "FORBIDDEN_TAMPERING", "Guard", "forbidden", "Worker",
+                 "_targets", "forbidden_targets", "_GRADING", "GradingHooks", "graded_by", "Guard", "forbidden", "Worker",
                  "_disabled_torch_function_impl", "_set_torch_function_mode", "setprofile", "settrace",
                  "getprofile", "setprofile_all_threads", "settrace_all_threads",
                  # operators and kernels of one's own run below the modes
                  "library", "custom_op", "Library"}
-_TAMPER_MODULES = ("torch._C", "torch.ops", "torch.utils._python_dispatch", "torch.overrides", "course.tools",
+_TAMPER_MODULES = ("torch._C", "torch.ops", "torch.utils._python_dispatch", "torch.overrides", "course.tools", "course.grading",
                    "course.forbidden", "importlib", "ctypes", "torch.library", "__main__",
                    # work in another thread or process, where the checks' modes do not look
                    "threading", "_thread", "concurrent", "multiprocessing", "torch.multiprocessing")
@@ -379,7 +379,8 @@ def tampering(nb, source_nb=None) -> list[str]:
                 literal = isinstance(attr, ast.Constant) and isinstance(attr.value, str)
                 if on_torch and (not literal or attr.value in _TAMPER_ATTRS or node.func.id != "getattr"):
                     found.append(f"cell {i} line {line}: {node.func.id}({ast.unparse(obj)}, {ast.unparse(attr)})")
-            elif isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in _TAMPER_ATTRS - {"ops", "forbidden", "Guard", "library"}:
+            elif (isinstance(node, ast.Constant) and isinstance(node.value, str)
+                  and node.value in _TAMPER_ATTRS - {"ops", "forbidden", "Guard", "library"}):
                 found.append(f"cell {i} line {line}: the string {node.value!r}")
     return list(dict.fromkeys(found))
 
@@ -435,3 +436,23 @@ def lesson_names(source_nb) -> set[str]:
                     if (key == "FUSED" or key.endswith("SHORTCUTS")) and isinstance(value, tuple):
                         names |= {v for v in value if isinstance(v, str)}
     return names
+
+
+def integrity_pieces() -> dict:
+    """The pieces the check of forbidden calls runs on, by name (this module's and ``course.checks``'s):
+    the grading worker takes them before any learner's code runs and compares them after each check, so
+    a notebook that replaced one is reported and fails the tests that use the check."""
+    from course import checks
+
+    return {"course.forbidden.Guard.__enter__": Guard.__dict__.get("__enter__"),
+            "course.forbidden.Guard.__exit__": Guard.__dict__.get("__exit__"),
+            "course.forbidden.Guard.refuse": Guard.__dict__.get("refuse"),
+            "course.forbidden._Kernels.__torch_dispatch__": _Kernels.__dict__.get("__torch_dispatch__"),
+            "course.forbidden._Functions.__torch_function__": _Functions.__dict__.get("__torch_function__"),
+            "course.checks.forbidden_targets": checks.__dict__.get("forbidden_targets"),
+            "course.forbidden.Guard": globals().get("Guard"),
+            "course.forbidden.OutsidePyTorch": globals().get("OutsidePyTorch"),
+            "course.forbidden.OutsidePyTorch.__call__": OutsidePyTorch.__dict__.get("__call__"),
+            "course.forbidden.other_threads": globals().get("other_threads"),
+            "course.forbidden.tasks_created": globals().get("tasks_created"),
+            "course.forbidden.integrity_pieces": globals().get("integrity_pieces")}

@@ -2,7 +2,8 @@
 
 ``record("val_acc_attention", 0.94)`` prints a readable line in the notebook and, when the
 ``COURSE_METRICS`` environment variable names a file (``course run`` sets it), appends one JSON
-line to that file (only rank 0 of a ``torchrun`` job writes: ``RANK`` unset or 0). The targets each metric is compared with live in :mod:`course.tools.lessons`.
+line to that file (only rank 0 of a ``torchrun`` job writes: ``RANK`` unset or 0). The targets each metric is compared
+with live in :mod:`course.commands.lessons`.
 """
 
 from __future__ import annotations

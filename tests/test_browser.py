@@ -40,7 +40,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from course.tools.lessons import all_lessons  # noqa: E402
+from course.commands.lessons import all_lessons  # noqa: E402
 
 from browser_pages import EVERY_CONTROL  # noqa: E402
 
@@ -134,7 +134,7 @@ class Lab:
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = base / f"server-{self.port}.log"
         self._log = open(self.log_path, "w", encoding="utf-8")
-        cmd = [sys.executable, "-m", "course.tools.cli", "lab", "--no-browser", "--port", str(self.port),
+        cmd = [sys.executable, "-m", "course.commands.cli", "lab", "--no-browser", "--port", str(self.port),
                "--token", TOKEN, "--ip", "127.0.0.1", "--LabApp.expose_app_in_browser=True",
                "--ServerApp.open_browser=False", *args]
         self.proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=self._log, stderr=subprocess.STDOUT,
@@ -535,7 +535,7 @@ def test_workshop_assignment_list(browser, learner):
     and fetches one into the learner's folder."""
     released = LESSONS[:2]
     env = dict(learner.env)
-    run = subprocess.run([sys.executable, "-m", "course.tools.cli", "workshop", "release", *released],
+    run = subprocess.run([sys.executable, "-m", "course.commands.cli", "workshop", "release", *released],
                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stdout + run.stderr
     with watched_page(browser, "assignment-list", learner) as w:
@@ -574,10 +574,10 @@ def test_formgrader_lists_every_lesson(browser, instructor):
     subs = instructor.base / "submissions" / "alice" / lesson
     subs.mkdir(parents=True)
     shutil.copy(ROOT / "solutions" / lesson / f"{lesson}.ipynb", subs / f"{lesson}.ipynb")
-    from course.tools import sandbox
+    from course.grading import sandbox
 
     unsafe = [] if sandbox.available()[0] else ["--unsafe-no-sandbox"]
-    run = subprocess.run([sys.executable, "-m", "course.tools.cli", "grade", str(instructor.base / "submissions"),
+    run = subprocess.run([sys.executable, "-m", "course.commands.cli", "grade", str(instructor.base / "submissions"),
                           "--out", str(instructor.served / "grades"), "--jobs", "1", *unsafe],
                          cwd=ROOT, env=instructor.env, capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
@@ -608,3 +608,69 @@ def test_formgrader_lists_every_lesson(browser, instructor):
         page.goto(f"{instructor.url}/lab/tree/solutions/{lesson}/{lesson}.ipynb?token={TOKEN}&reset")
         page.wait_for_function(JS_CURRENT, arg=f"solutions/{lesson}/{lesson}.ipynb", timeout=120_000)
         instructor.close_sessions()
+
+
+def _tree(folder: Path) -> dict[str, str]:
+    import hashlib
+
+    return {p.relative_to(folder).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*")) if p.is_file() and ".ipynb_checkpoints" not in p.parts}
+
+
+def test_formgrader_runs_nothing_a_hostile_submission_wrote(browser, instructor):
+    """The trust issue's "script in the instructor's formgrader": a submission with script in every field a
+    notebook has (tests/hostile.py: a forged nbgrader cell whose grade_id holds markup, Markdown, raw cells,
+    attachments, outputs of every MIME type, widget state, metadata), graded beside an honest one, then
+    opened by the logged-in instructor in the formgrader, as its feedback page and in the lab: no script
+    runs (no request for the payloads' URL, no dialog, nothing set on the page), and the gradebook and every
+    file of the grading folder are unchanged afterwards."""
+    from hostile import MARK, hostile
+    from planting import WRONG_05, build_submission, write_submission
+
+    from course.grading import sandbox
+
+    lesson = "05_self_attention"
+    subs = instructor.base / "hostile-submissions"
+    write_submission(subs, "mallory", lesson,
+                     hostile(build_submission(lesson, {"scaled_dot_product_attention": WRONG_05})))
+    write_submission(subs, "honest", lesson, build_submission(lesson))
+    grades = instructor.served / "grades"
+    unsafe = [] if sandbox.available()[0] else ["--unsafe-no-sandbox"]
+    run = subprocess.run([sys.executable, "-m", "course.commands.cli", "grade", str(subs), "--out", str(grades),
+                          "--jobs", "2", *unsafe], cwd=ROOT, env=instructor.env, capture_output=True, text=True,
+                         timeout=900)
+    assert "mallory" in run.stdout and (grades / "autograded" / "mallory" / lesson / f"{lesson}.ipynb").is_file(), \
+        run.stdout[-3000:] + run.stderr[-2000:]
+    before = _tree(grades)
+    asked, dialogs = [], []
+    with watched_page(browser, "formgrader-hostile", instructor) as w:
+        page = w.page
+        page.on("request", lambda r: asked.append(r.url))
+        page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+        page.goto(f"{instructor.url}/formgrader?token={TOKEN}")
+        listed = page.request.get(f"{instructor.url}/formgrader/api/submitted_notebooks/{lesson}/{lesson}"
+                                  f"?token={TOKEN}").json()
+        ids = {s["student"]: s["id"] for s in listed}
+        w.check("mallory" in ids, f"the formgrader lists no submission of mallory: {listed}")
+        seen = {}
+        for name, url in (("formgrader", f"{instructor.url}/formgrader/submissions/{ids['mallory']}/?index=0&token={TOKEN}"),
+                          ("feedback", f"{instructor.url}/files/grades/feedback/mallory/{lesson}/{lesson}.html?token={TOKEN}"),
+                          ("lab", f"{instructor.url}/lab/tree/grades/autograded/mallory/{lesson}/{lesson}.ipynb"
+                                  f"?token={TOKEN}&reset")):
+            page.goto(url)
+            page.wait_for_load_state("networkidle", timeout=120_000)
+            if name == "lab":
+                page.wait_for_function(JS_CURRENT.replace(" && w.sessionContext && w.sessionContext.session"
+                                                          " && w.sessionContext.session.kernel && "
+                                                          "w.sessionContext.session.kernel.status === 'idle'", ""),
+                                       arg=f"grades/autograded/mallory/{lesson}/{lesson}.ipynb", timeout=120_000)
+                page.wait_for_timeout(3000)
+            seen[name] = page.evaluate("() => window.__course_pwned || null")
+            w.errors[:] = [e for e in w.errors if MARK not in e]      # a refused payload may log an error
+        instructor.close_sessions()
+    ran = {name: where for name, where in seen.items() if where}
+    fetched = [u for u in asked if MARK in u]
+    assert not ran and not fetched and not dialogs, (ran, fetched[:5], dialogs[:5])
+    after = _tree(grades)
+    changed = sorted(k for k in set(before) | set(after) if before.get(k) != after.get(k))
+    assert not changed, f"opening the hostile submission changed {changed[:10]}"

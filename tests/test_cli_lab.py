@@ -6,9 +6,8 @@ import json
 import os
 from pathlib import Path
 
-import pytest
 
-from course.tools import lab
+from course.commands import lab
 
 
 def test_root_dir_spellings_collapse_to_one():
@@ -38,7 +37,7 @@ def test_learner_command_has_one_root_and_the_options(tmp_path, monkeypatch):
 
 
 def test_check_names_classes_called_with_arguments():
-    from course.tools.checker import _UNIMPLEMENTED
+    from course.commands.checker import _UNIMPLEMENTED
 
     found = [m.group(1) for m in map(_UNIMPLEMENTED.search, [
         "AssertionError: SelfAttention(12, 4) is not implemented yet: replace ...",

@@ -1,6 +1,5 @@
 """Unit tests for lesson 10's data: course.data.documents and tweets.generate_negated (seeded, fast)."""
 
-import torch
 
 from course.data import documents, tweets
 

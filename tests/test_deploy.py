@@ -1,7 +1,7 @@
 """deploy/: the hub files parse and name what exists (fast, no hub, no cluster, nothing downloaded).
 
 * deploy/tljh: install.sh is valid bash and sets only keys TLJH's config.yaml has (the idle-culling
-  timeout among them, not left at TLJH's 600 s); course.py calls course.tools.hub.configure with
+  timeout among them, not left at TLJH's 600 s); course.py calls course.commands.hub.configure with
   arguments it takes, on paths install.sh makes; the settings it produces give learners the learner
   lab and instructors the instructor lab, each from its own interpreter.
 * deploy/z2jh: values.yaml has only keys of the jupyterhub chart's schema, its profiles override only
@@ -25,7 +25,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from course.tools import hub
+from course.commands import hub
 
 ROOT = Path(__file__).resolve().parents[1]
 DEPLOY = ROOT / "deploy"
@@ -149,15 +149,15 @@ def test_tljh_hub_settings_give_each_user_their_lab(tmp_path):
 
 
 def test_tljh_hub_environment_can_import_the_hub_module_alone():
-    """TLJH's hub environment lacks the course's dependencies: course.tools.hub must need none."""
+    """TLJH's hub environment lacks the course's dependencies: course.commands.hub must need none."""
     import sys
 
-    code = ("import sys; from course.tools import hub; "
+    code = ("import sys; from course.commands import hub; "
             "print(sorted(m for m in ('torch', 'numpy', 'nbgrader', 'jupyterhub', 'traitlets', 'nbformat') "
             "if m in sys.modules))")
     r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
-    assert r.stdout.strip() == "[]", f"course.tools.hub imports {r.stdout.strip()}"
+    assert r.stdout.strip() == "[]", f"course.commands.hub imports {r.stdout.strip()}"
 
 
 # --- Zero to JupyterHub -------------------------------------------------------------------------------
@@ -244,7 +244,7 @@ def test_z2jh_image_is_built_from_the_handout(tmp_path):
 
 def _course_lines(text: str) -> list[list[str]]:
     """The arguments of every command line in the Markdown code blocks that runs the course command
-    (`course ...`, `.venv/bin/course ...`, `sudo .../course ...`, `python -m course.tools.cli ...`)."""
+    (`course ...`, `.venv/bin/course ...`, `sudo .../course ...`, `python -m course.commands.cli ...`)."""
     lines = []
     for block in re.findall(r"```\n(.*?)```", text, re.S):
         for line in block.replace("\\\n", " ").splitlines():
@@ -256,13 +256,13 @@ def _course_lines(text: str) -> list[list[str]]:
                 tokens = tokens[1:]
             if tokens and (tokens[0] == "course" or tokens[0].endswith("/course")):
                 lines.append(tokens[1:])
-            elif tokens[:3] == ["python", "-m", "course.tools.cli"]:
+            elif tokens[:3] == ["python", "-m", "course.commands.cli"]:
                 lines.append(tokens[3:])
     return lines
 
 
 def test_deploy_readmes_give_commands_the_course_accepts():
-    from course.tools.cli import build_parser
+    from course.commands.cli import build_parser
 
     parser = build_parser()
     seen = []

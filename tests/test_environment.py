@@ -31,9 +31,11 @@ def test_environment_yml_matches_pyproject():
         m = re.match(r"^(?:  |      )- ([A-Za-z0-9_.\-]+)([^#]*)", line)   # conda entries, then pip's
         if m and m.group(1) not in ("python", "pip", "-e"):
             listed[m.group(1).lower()] = m.group(1) + m.group(2).strip()
-    assert set(listed) == set(wanted), f"only in pyproject: {set(wanted) - set(listed)}; only in environment.yml: {set(listed) - set(wanted)}"
+    assert set(listed) == set(wanted), \
+        f"only in pyproject: {set(wanted) - set(listed)}; only in environment.yml: {set(listed) - set(wanted)}"
     for name, req in wanted.items():
-        spec = re.sub(r"^\[[^\]]*\]", "", req[len(_name(req)):].split(";")[0].strip())   # pip extras: conda has none   # a platform marker stays in pyproject
+        # pip extras: conda has none; a platform marker stays in pyproject
+        spec = re.sub(r"^\[[^\]]*\]", "", req[len(_name(req)):].split(";")[0].strip())
         assert listed[name].endswith(spec), f"{name}: pyproject says {req!r}, environment.yml says {listed[name]!r}"
     assert "- -e ." in text
 

@@ -20,7 +20,7 @@ import torch.nn.functional as F
 
 import course
 from course import config, train
-from course.tools import doctor
+from course.commands import doctor
 
 ROOT = Path(__file__).resolve().parents[1]
 GPU_SH = ROOT / "bench" / "gpu.sh"

@@ -5,7 +5,7 @@ zero, graded without crashing), every planted classic bug (must lose points in e
 and every correct alternative style (must keep full marks).
 
 A planted bug (but each lesson's first) is graded only on the test cells it names
-(``$COURSE_GRADE_ONLY_CELLS``; see :func:`partially_graded`).
+(``tests/grade_with_hooks.py --only-cells``; see :func:`partially_graded`).
 
 The banks of the selected lessons (all of them in `make test`) are graded in one `course grade`
 batch, shared by the per-lesson tests: a batch pays its judges' and sandboxes' start-up once (about
@@ -24,12 +24,13 @@ from pathlib import Path
 
 import pytest
 
-from course.tools.judge import _NOT_ASKED as NOT_ASKED
+from course.grading.judge.watchdog import NOT_ASKED
 from planting import build_submission, load_planted, results_by_key, write_submission
 
 COURSE = str(Path(sys.executable).parent / "course")
 ROOT = Path(__file__).resolve().parents[1]
 PLANTED = load_planted()
+HOOKS = Path(__file__).resolve().parent / "grade_with_hooks.py"    # course grade, with --only-cells
 
 
 def write_bank(lesson: str, subs: Path) -> None:
@@ -41,7 +42,7 @@ def write_bank(lesson: str, subs: Path) -> None:
 
 
 def partially_graded(lesson: str) -> list[str]:
-    """The planted bugs graded only on the test cells that must catch them (``$COURSE_GRADE_ONLY_CELLS``):
+    """The planted bugs graded only on the test cells that must catch them (``tests/grade_with_hooks.py --only-cells``):
     every bug but the lesson's first, whose every failing cell is checked too (its message on the page,
     no hidden test code there). The other cells of a bug were half of the batch's CPU time; ``COURSE_PLANTED=all``
     grades every bug on every cell. The reference, the untouched notebook (which fails every test cell)
@@ -71,9 +72,9 @@ def graded_banks(request, tmp_path_factory) -> tuple[dict, Path, str]:
             only = {f"{name}/{lesson}": PLANTED[lesson][name]["must_fail"] for lesson in lessons
                     for name in partially_graded(lesson)}
             (folder / "only-cells.json").write_text(json.dumps(only))
-            env = {**os.environ, "COURSE_GRADE_ONLY_CELLS": str(folder / "only-cells.json")}
-            proc = subprocess.run([COURSE, "grade", str(subs), "--out", str(folder / "graded"), "--timeout", "60"],
-                                  capture_output=True, text=True, timeout=3000, env=env)
+            proc = subprocess.run([sys.executable, str(HOOKS), "--only-cells", str(folder / "only-cells.json"),
+                                   str(subs), "--out", str(folder / "graded"), "--timeout", "60"],
+                                  capture_output=True, text=True, timeout=3000)
             (folder / "done.json").write_text(json.dumps({"stdout": proc.stdout[-4000:], "stderr": proc.stderr[-4000:]}))
     said = json.loads((folder / "done.json").read_text())
     out = folder / "graded"

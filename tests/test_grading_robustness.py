@@ -136,7 +136,8 @@ def test_bad_submissions(tmp_path):
 def test_regrading_is_idempotent(tmp_path):
     subs = tmp_path / "subs"
     write_submission(subs, "alice", LESSON, build_submission(LESSON))
-    write_submission(subs, "bob", LESSON, build_submission(LESSON, {"softmax": "def softmax(x, dim=-1):\n    e = x.exp()\n    return e / e.sum(dim, keepdim=True)"}))
+    unstable = "def softmax(x, dim=-1):\n    e = x.exp()\n    return e / e.sum(dim, keepdim=True)"
+    write_submission(subs, "bob", LESSON, build_submission(LESSON, {"softmax": unstable}))
     write_submission(subs, "carol", LESSON, build_submission(LESSON, {"soft_lookup": "def soft_lookup(*a, **k):\n    return 0"}))
     out = tmp_path / "out"
     first = _grade(subs, out, 60, "--jobs", "1")          # one at a time
@@ -161,8 +162,8 @@ def test_not_a_folder(tmp_path):
 def test_warm_sandbox_imports_what_the_lessons_import(tmp_path):
     """The warm sandbox imports the lessons' own modules once per batch (transformers' model code
     for 09-11 took 5 s per submission); names that are not module paths never reach its command."""
-    from course.tools import sandbox
-    from course.tools.grading import _imported_modules
+    from course.grading import sandbox
+    from course.grading.notebooks import imported_modules as _imported_modules
 
     source = nbformat.read(str(Path(__file__).parents[1] / "solutions" / "11_vit" / "11_vit.ipynb"), as_version=4)
     found = _imported_modules(source)
@@ -170,7 +171,7 @@ def test_warm_sandbox_imports_what_the_lessons_import(tmp_path):
     if sandbox.available()[0]:
         cmd = sandbox.worker_command(zygote=True, ctrl_fd=3, warm=["course.oracles.bert", "x; rm -rf /", "--y"])
         assert "--warm=course.oracles.bert" in cmd and not any("rm -rf" in c or "--y" in c for c in cmd)
-    code = ("import sys; from course.tools.worker import _warm; _warm(['course.oracles.bert,no.such.module']); "
+    code = ("import sys; from course.grading.sandboxed.zygote import warm_imports; warm_imports(['course.oracles.bert,no.such.module']); "
             "print('transformers.models.bert.modeling_bert' in sys.modules)")
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout.strip() == "True"
 
@@ -202,18 +203,18 @@ def test_forked_judges_share_one_warm_parent_and_their_sandboxes_end_with_them(t
     forked from the same warm parent; closing ends the server and everything it started."""
     import time
 
-    from course.tools import grading, sandbox
+    from course.grading import pool, sandbox
 
     if not sandbox.available()[0]:
         pytest.skip("bubblewrap is not available here: " + sandbox.available()[1])
-    judges = grading._Judges(2, {"scratch_base": str(tmp_path), "warm": [], "limits": {"memory_mb": 3000}})
+    judges = pool.Judges(2, {"scratch_base": str(tmp_path), "warm": [], "limits": {"memory_mb": 3000}})
     judges.start_all()
     server = judges.server.pid if judges.server is not None else None
     try:
         if server is None:
             pytest.skip("no pidfds here: each judge is a process of its own")
         a, b = judges._proc(0), judges._proc(1)
-        assert isinstance(a, grading._ForkedJudge) and isinstance(b, grading._ForkedJudge) and a.pid != b.pid
+        assert isinstance(a, pool.ForkedJudge) and isinstance(b, pool.ForkedJudge) and a.pid != b.pid
         assert _parent(a.pid) == _parent(b.pid) == server
         assert len(_sandboxes_of(server)) == 2                  # launched ahead, one for each judge
         judges._kill(0)
@@ -235,7 +236,8 @@ def test_a_judge_adopts_the_sandbox_it_launched_as_it_started(tmp_path, monkeypa
     (other modules, other limits) gets a new one, and the launched one is stopped."""
     import time
 
-    from course.tools import judge, sandbox
+    from course.grading import sandbox
+    from course.grading.judge import session
 
     if not sandbox.available()[0]:
         pytest.skip("bubblewrap is not available here: " + sandbox.available()[1])
@@ -245,14 +247,14 @@ def test_a_judge_adopts_the_sandbox_it_launched_as_it_started(tmp_path, monkeypa
         monkeypatch.setenv(sandbox.PRESTART_ENV, json.dumps(want))
         early = sandbox.prestart_from_env()
         assert sandbox.PRESTART_ENV not in os.environ and early is not None
-        monkeypatch.setattr(judge, "_EARLY", early)
+        monkeypatch.setattr(session.ZYGOTE, "early", early)
         try:
-            judge._ZYGOTE.start(tmp_path, warm, limits, time.monotonic() + 120)
-            assert judge._ZYGOTE.alive() and (judge._ZYGOTE.proc is early[1][0]) == adopted
+            session.ZYGOTE.start(tmp_path, warm, limits, time.monotonic() + 120)
+            assert session.ZYGOTE.alive() and (session.ZYGOTE.proc is early[1][0]) == adopted
             if not adopted:
                 assert early[1][0].wait(timeout=10) is not None and not early[1][2].exists()
         finally:
-            judge._ZYGOTE.kill()
+            session.ZYGOTE.kill()
     monkeypatch.setenv(sandbox.PRESTART_ENV, "{not json")
     assert sandbox.prestart_from_env() is None          # an optimisation only: the judge starts as before
 
@@ -284,19 +286,21 @@ def judge_scratch(tmp_path_factory):
     imported torch, as a judge keeps one for a whole batch: each submission still gets a fresh worker
     forked from it, and the sandbox ends every other process and empties its folders between them (a
     test that needs other limits starts another). ~1 CPU-second a test instead of ~4."""
-    from course.tools import judge
+    from course.grading.judge import session
 
     yield tmp_path_factory.mktemp("judge-scratch")
-    judge._ZYGOTE.kill()
+    session.ZYGOTE.kill()
 
 
 def _judge(judge_scratch, source, sub, **spec):
-    from course.tools import judge, sandbox
+    from course.grading import sandbox
+    from course.grading.judge import run as judge
 
     if not sandbox.available()[0]:
         pytest.skip("bubblewrap is not available here: " + sandbox.available()[1])
     return judge.grade_submission({"notebook": str(sub), "source": str(source), "timeout": 30,
-                                   "scratch_base": str(judge_scratch), "sandbox": True, "warm": ["torch"], **spec})
+                                   "scratch_base": str(judge_scratch), "sandbox": True, "warm": ["torch"],
+                                   **spec}).to_json()
 
 
 MUTATION_TEST = """
@@ -369,7 +373,8 @@ def test_a_change_inside_a_state_dict_reaches_the_test(tmp_path, judge_scratch, 
     assert [c["passed"] for c in result["cells"]] == [passes], result
 
 
-DEFERRED_TEST = MUTATION_TEST.replace("    f(x, states)\n", "    out = f(x, states)\n    seen = list(out)     # the test uses what f returned\n")
+DEFERRED_TEST = MUTATION_TEST.replace("    f(x, states)\n",
+                                      "    out = f(x, states)\n    seen = list(out)     # the test uses what f returned\n")
 LAZY = """
 class Lazy:
     def __init__(self, x, states):
@@ -560,23 +565,25 @@ def test_the_lessons_files_reach_the_working_folder(tmp_path, judge_scratch):
 def test_a_sandbox_that_fails_is_a_grader_error_not_a_zero(tmp_path, monkeypatch):
     """When the sandbox itself cannot start or restart, the submission is `grader-error` (0 points until it is
     graded again, and a re-run grades it again), never a `graded` 0 the instructor would trust."""
-    from course.tools import grading
+    from course.grading import batch, pool
+    from course.grading.protocol import Reply
 
     subs = tmp_path / "subs"
     write_submission(subs, "alice", LESSON, build_submission(LESSON))
     calls = []
 
     def broken(self, slot, spec):
-        calls.append(spec["notebook"])
-        nb = nbformat.read(spec["source"], as_version=4)
+        calls.append(spec.notebook)
+        nb = nbformat.read(spec.source, as_version=4)
         cells = [{"grade_id": c.metadata.nbgrader.grade_id, "points": c.metadata.nbgrader.points,
                   "max_points": c.metadata.nbgrader.points, "passed": True, "message": ""}
                  for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade") and c.cell_type == "code"]
-        return {"cells": cells, "events": ["sandbox: the sandbox did not start (bwrap: setting up uid map)"]}
+        return Reply.decode({"cells": cells, "events": [
+            {"kind": "sandbox", "text": "sandbox: the sandbox did not start (bwrap: setting up uid map)"}]})
 
-    monkeypatch.setattr(grading._Judges, "grade", broken)
+    monkeypatch.setattr(pool.Judges, "grade", broken)
     for _ in range(2):
-        grading.grade(subs, tmp_path / "out", unsafe_no_sandbox=True, jobs=1)
+        batch.grade(subs, tmp_path / "out", unsafe_no_sandbox=True, jobs=1)
         r = results_by_key(tmp_path / "out" / "results.json")[("alice", LESSON)]
         assert r["status"] == "grader-error" and r["score"] == 0, r
         assert "sandbox failed" in r["detail"], r["detail"]
@@ -639,9 +646,9 @@ def test_a_notebook_that_keeps_killing_itself_is_its_own_doing(tmp_path, judge_s
     """A learner's cell leaves a process that kills whatever runs next. Each restart replays that cell, so
     the notebook dies again and again: past MAX_RESTARTS it ends as the learner's doing (`kernel-died`,
     the remaining cells 0), never `grader-error`, which would ask the instructor to grade it again forever."""
-    from course.tools import judge
+    from course.grading.judge import run
 
-    monkeypatch.setattr(judge, "MAX_RESTARTS", 1)
+    monkeypatch.setattr(run, "MAX_RESTARTS", 1)
     slow = "import time\ntime.sleep(2)\n"            # the daemon starts killing 1 s after its cell: these are still running
     source, sub = _lesson(tmp_path, KILL_WHAT_RUNS_NEXT, slow + "assert f() == 1", after=slow + "x = 1")
     result = _judge(judge_scratch, source, sub, timeout=10)
@@ -654,7 +661,7 @@ def test_a_notebook_that_keeps_killing_itself_is_its_own_doing(tmp_path, judge_s
 def test_the_worker_loads_the_forbidden_call_check_before_it_forks():
     """The check of forbidden calls loads some 800 modules the first time it runs (about 2 s): the worker
     runs it once before the zygote forks, so no submission pays that again (it did, once per submission)."""
-    code = ("import sys, torch\nfrom course import forbidden\nfrom course.tools import worker\nworker._warm_checks()\n"
+    code = ("import sys, torch\nfrom course import forbidden\nfrom course.grading.sandboxed import zygote\nzygote.warm_checks()\n"
             "before = set(sys.modules)\n"
             "with forbidden.Guard(('scaled_dot_product_attention',), 'test', limit=1000):\n"
             "    q = torch.randn(1, 4, 8)\n    (q @ q.transpose(-2, -1)).softmax(-1) @ q\n"
@@ -671,7 +678,7 @@ def test_a_test_cell_whose_checks_run_past_the_limit_ends_its_judge_not_the_batc
     import os
     import select
 
-    from course.tools import sandbox
+    from course.grading import sandbox
 
     if not sandbox.available()[0]:
         pytest.skip("bubblewrap is not available here: " + sandbox.available()[1])
@@ -681,7 +688,7 @@ def test_a_test_cell_whose_checks_run_past_the_limit_ends_its_judge_not_the_batc
     honest = tmp_path / "honest.ipynb"
     nbformat.write(nbformat.read(str(sub), as_version=4), str(honest))
     spec = {"source": str(source), "timeout": 2, "scratch_base": str(tmp_path), "sandbox": True}
-    judge = subprocess.Popen([sys.executable, "-m", "course.tools.judge"], stdin=subprocess.PIPE,
+    judge = subprocess.Popen([sys.executable, "-m", "course.grading.judge"], stdin=subprocess.PIPE,
                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, start_new_session=True)
     try:
         judge.stdin.write(json.dumps({**spec, "notebook": str(sub)}) + "\n" +
@@ -718,61 +725,51 @@ def test_a_learners_exception_does_not_carry_hidden_inputs_to_the_page(tmp_path,
 def test_intake_refuses_a_notebook_of_too_many_cells(tmp_path):
     """Rendering feedback for a notebook padded with cells took minutes (120 000 cells: 217 s); such a
     notebook is refused unread, with what to do."""
-    from course.tools import grading
+    from course.grading import intake
 
     book = nbformat.v4.new_notebook()
-    book.cells = [nbformat.v4.new_markdown_cell("x") for _ in range(grading.MAX_CELLS + 1)]
+    book.cells = [nbformat.v4.new_markdown_cell("x") for _ in range(intake.MAX_CELLS + 1)]
     path = tmp_path / "many.ipynb"
     nbformat.write(book, str(path))
-    nb, why = grading._read_notebook(path)
-    assert nb is None and f"at most {grading.MAX_CELLS}" in why, why
+    nb, why = intake.read_notebook(path)
+    assert nb is None and f"at most {intake.MAX_CELLS}" in why, why
     book.cells = book.cells[:10]
     nbformat.write(book, str(path))
-    assert grading._read_notebook(path)[0] is not None
+    assert intake.read_notebook(path)[0] is not None
 
 
 def test_what_a_submission_names_cannot_act_in_a_spreadsheet_a_terminal_or_the_formgrader():
     """A student folder named like a formula stays text in grades.csv; escape sequences in names are
     shown, not obeyed, in the terminal; a learner's Markdown (an <img onerror=...>) reaches the
     instructor's autograded notebook as plain text, never as HTML."""
-    from course.tools import grading
+    from course.grading import feedback, results
 
-    row = [grading._csv_cell(v) for v in ('=HYPERLINK("http://x","click")', "+1", "-2", "@SUM(A1)", "ada")]
+    row = [results.csv_cell(v) for v in ('=HYPERLINK("http://x","click")', "+1", "-2", "@SUM(A1)", "ada")]
     assert row == ["'" + v for v in ('=HYPERLINK("http://x","click")', "+1", "-2", "@SUM(A1)")] + ["ada"]
-    assert "\x1b" not in grading.shown("evil\x1b[1A\x1b[2K") and "\\x1b[1A" in grading.shown("evil\x1b[1A")
+    assert "\x1b" not in results.shown("evil\x1b[1A\x1b[2K") and "\\x1b[1A" in results.shown("evil\x1b[1A")
 
     release = nbformat.v4.new_notebook()
     release.cells = [nbformat.v4.new_markdown_cell("# Lesson"), nbformat.v4.new_code_cell("x = 1")]
     sub = nbformat.v4.new_notebook()
     sub.cells = [nbformat.v4.new_markdown_cell("# Lesson"), nbformat.v4.new_code_cell("x = 1"),
                  nbformat.v4.new_markdown_cell('<img src=x onerror="alert(1)"> ``` [a](javascript:alert(1))')]
-    out = grading._graded_notebook(sub, release, release, {"cells": [], "outputs": {}}, for_student=False)
+    out = feedback.graded_notebook(sub, release, release, {"cells": [], "outputs": {}}, for_student=False)
     assert out.cells[0].source == "# Lesson"                                   # the lesson's own text as it was
     fenced = out.cells[2].source
     assert fenced.startswith("````text\n") and fenced.endswith("\n````"), fenced
 
 
 def test_a_partial_grade_for_the_tests_of_tests_is_never_kept_for_a_full_one(tmp_path, monkeypatch):
-    """``$COURSE_GRADE_ONLY_CELLS`` (tests/test_grading.py's planted bugs graded on their named cells):
-    its digest names the cells, so a run without it grades that submission again; a file that is not
-    the expected JSON stops the command with what to do."""
-    from course.tools import grading
+    """A partial grade (``Options.only_cells``: tests/test_grading.py's planted bugs graded on their named
+    cells): its digest names the cells, so a run without it grades that submission again."""
+    from course.grading import batch as grading
+    from course.grading.notebooks import sha256_of
 
     folder = tmp_path / "ada" / "00_softmax_lookup"
     folder.mkdir(parents=True)
     (folder / "00_softmax_lookup.ipynb").write_text("{}")
-    digest = grading._sha256(folder / "00_softmax_lookup.ipynb") + ":v1"
+    digest = sha256_of(folder / "00_softmax_lookup.ipynb") + ":v1"
     partial = {"sha256": digest + grading._only_suffix(["test_a"]), "status": "graded"}
     assert not grading._needs_judge(partial, folder, "00_softmax_lookup", "v1" + grading._only_suffix(["test_a"]))
     assert grading._needs_judge(partial, folder, "00_softmax_lookup", "v1")
     assert not grading._needs_judge({"sha256": digest, "status": "graded"}, folder, "00_softmax_lookup", "v1")
-    monkeypatch.delenv("COURSE_GRADE_ONLY_CELLS", raising=False)
-    assert grading._only_cells() == {}
-    table = tmp_path / "only.json"
-    for text in ("not json", '["test_a"]', '{"ada/00_softmax_lookup": "test_a"}'):
-        table.write_text(text)
-        monkeypatch.setenv("COURSE_GRADE_ONLY_CELLS", str(table))
-        with pytest.raises(SystemExit, match="COURSE_GRADE_ONLY_CELLS=.*(cannot read|expected)"):
-            grading._only_cells()
-    table.write_text('{"ada/00_softmax_lookup": ["test_a"]}')
-    assert grading._only_cells() == {"ada/00_softmax_lookup": ["test_a"]}

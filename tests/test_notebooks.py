@@ -7,7 +7,6 @@ notebook leaks a solution or a hidden test, and `course release --check` passes.
 
 from __future__ import annotations
 
-import json
 import re
 import subprocess
 import sys

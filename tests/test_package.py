@@ -15,7 +15,7 @@ from course.tools import authoring as A  # noqa: E402
 from course import checks, config, metrics, plots, widgets  # noqa: E402
 from course.data.sequences import PAD, reversal_batch  # noqa: E402
 from course.data.tables import key_value_table, noisy_queries  # noqa: E402
-from course.tools.lessons import Lesson, all_lessons, parse_target, resolve  # noqa: E402
+from course.commands.lessons import Lesson, all_lessons, parse_target, resolve  # noqa: E402
 from course.train import fit  # noqa: E402
 
 

@@ -8,8 +8,9 @@ import json
 
 import pytest
 
-from course.tools import cli, runner
-from course.tools.lessons import Lesson, all_lessons, parse_target
+from course.commands import cli
+from course.tools import runner
+from course.commands.lessons import Lesson, all_lessons, parse_target
 
 LESSON = Lesson(id="99_fake", solution=None, student=None, title="fake",
                 targets=(parse_target("acc", ">= 0.9"), parse_target("gap", "<= 0.1")))
@@ -70,7 +71,7 @@ def test_a_target_holds_only_if_every_seed_reports_and_meets_it():
 
 def test_cli_seeds_writes_the_report_and_fails_when_one_seed_misses(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(runner, "run_lesson", fake_run_lesson(METRICS))
-    monkeypatch.setattr("course.tools.lessons.resolve", lambda names, base=None: [LESSON])
+    monkeypatch.setattr("course.commands.lessons.resolve", lambda names, base=None: [LESSON])
     out = tmp_path / "results"
     assert cli.main(["run", "99", "--seeds", "0", "1", "2", "--out", str(out), "--device", "cpu"]) == 1
     report = json.loads((out / "report.json").read_text())

@@ -24,7 +24,7 @@ import time
 
 import pytest
 
-from course.tools.lessons import root
+from course.commands.lessons import root
 
 jupyter_client = pytest.importorskip("jupyter_client")
 

@@ -1,9 +1,18 @@
 """The worker -> judge wire: every tensor a learner's function may return comes back equal."""
 
+import json
+import os
+import struct
+import subprocess
+import sys
+import threading
+import time
+
 import pytest
 import torch
 
-from course.tools.wire import decode_data, encode_data
+from course.grading.sandboxed import wire
+from course.grading.sandboxed.wire import decode_data, encode_data
 
 
 def _round_trip(value):
@@ -33,16 +42,6 @@ def test_containers_of_scalars_come_back():
 
 # -- issue 19: data only, validated, with deadlines --------------------------------------------------
 
-import json
-import os
-import struct
-import subprocess
-import sys
-import threading
-import time
-
-from course.tools import wire
-
 
 def _raw_answer(value: dict, buffers=b"") -> bytes:
     header = json.dumps(value).encode()
@@ -68,7 +67,7 @@ def test_a_stand_in_never_claims_a_c_class():
     would read its memory as a tensor's (the judge crashed on such a "fake tensor")."""
     import torch.nn as nn
 
-    from course.tools.judge import Remote, _resolve_class
+    from course.grading.judge.remote import Remote, resolve_class as _resolve_class
 
     for mro in ([["torch", "Tensor"]], [["torch.nn.parameter", "Parameter"], ["torch", "Tensor"]],
                 [["torch._C", "TensorBase"]], [["builtins", "dict"]], [["torch", "Generator"]]):
@@ -111,7 +110,7 @@ def test_a_60_mb_answer_costs_the_judge_little_more_than_60_mb():
     """Read from a pipe and decoded, a 60 MB answer is held once (it cost the judge 1.3 GB)."""
     code = """
 import os, resource, threading, torch
-from course.tools import wire
+from course.grading.sandboxed import wire
 payload = wire.encode_data([torch.zeros(15_000_000)], lambda o: (0, {}))
 r, w = os.pipe()
 threading.Thread(target=wire.send, args=(w, payload), daemon=True).start()
@@ -128,8 +127,8 @@ def test_judge_and_worker_name_a_calls_tensors_alike():
     """A call's tensor arguments are numbered the same way on both sides (one function, wire.tensors):
     a learner's object passed back in (here a list of tensors that lives in the worker) is skipped by both,
     so an in-place change to the test's tensor reaches that tensor, not another or none."""
-    from course.tools import judge
-    from course.tools.worker import Worker
+    from course.grading.judge import remote as judge
+    from course.grading.sandboxed.worker import Worker
 
     worker = Worker(-1, -1)
     learners_list = [torch.zeros(2), torch.zeros(2)]
@@ -143,8 +142,8 @@ def test_judge_and_worker_name_a_calls_tensors_alike():
     proxy = judge.Remote(None, 1, {"mro": [["builtins", "list"]]})
     mutable = wire.tensors(((proxy, x), {}))                     # the judge's numbering
     request = wire.decode_request(wire.encode_request(
-        {"op": "call", "h": 2, "args": judge._outgoing((proxy, x)), "kwargs": {}, "grad": False}))
+        {"op": "call", "h": 2, "args": judge.outgoing((proxy, x)), "kwargs": {}, "grad": False}))
     reply = worker.handle(request)                               # the worker's numbering
-    judge._copy_back(mutable, reply.get("mutated", []))
+    judge.copy_back(mutable, reply.get("mutated", []))
     assert mutable == [x] and torch.equal(x, torch.ones(3)), (reply, x)
     assert all(torch.equal(t, torch.zeros(2)) for t in learners_list)

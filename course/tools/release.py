@@ -14,7 +14,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from course.tools.lessons import Lesson
+from course.commands.lessons import Lesson
 from course.tools.workspace import Workspace
 
 __all__ = ["release", "leaks"]

@@ -16,13 +16,13 @@ import traceback
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from course.tools.lessons import Lesson
+from course.commands.lessons import Lesson
 
 __all__ = ["LessonResult", "SeedSummary", "summarize_seeds", "run_lessons", "run_lessons_seeds", "format_table",
            "format_seed_table", "KERNEL_ARGUMENTS"]
 
 # Shared with `course check`, which learners' copies (course dist) ship without this module.
-from course.tools.checker import KERNEL_ARGUMENTS  # noqa: E402
+from course.commands.checker import KERNEL_ARGUMENTS  # noqa: E402
 
 
 @dataclass
@@ -162,7 +162,6 @@ def _environment(t0: float) -> dict:
 def run_lessons(lessons: list[Lesson], out: Path, *, profile: str = "auto", device: str = "auto", seed: int = 0,
                 timeout: int | None = None) -> list[LessonResult]:
     """Run each lesson, write the report into ``out``, print the table; returns the results."""
-    import torch
 
     # The kernel runs in the notebook's own folder: every path handed to it must be absolute.
     out = Path(out).expanduser().resolve()
@@ -179,7 +178,7 @@ def run_lessons(lessons: list[Lesson], out: Path, *, profile: str = "auto", devi
     report = {**_environment(t0), "all_passed": all(r.status == "passed" for r in results),
               "lessons": [asdict(r) for r in results]}
     (out / "report.json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
-    md = [f"# Course run report", "", f"{report['created']} · torch {report['torch']} · "
+    md = ["# Course run report", "", f"{report['created']} · torch {report['torch']} · "
           f"{report['cuda'] or 'CPU'} · {report['machine']} · total {report['total_seconds']} s", "",
           format_table(results, markdown=True), ""]
     (out / "report.md").write_text("\n".join(md), encoding="utf-8")
@@ -309,7 +308,6 @@ def run_lessons_seeds(lessons: list[Lesson], out: Path, *, seeds: list[int], pro
     """Run each lesson once per seed (papermill's ``SEED``), the executed notebooks in ``out/seed-N/``;
     write ``report.json`` and ``report.md`` with, per metric, the mean ± sd over the seeds and, per
     target, whether it held on every seed. Returns one :class:`SeedSummary` per lesson."""
-    import torch
 
     out = Path(out).expanduser().resolve()
     out.mkdir(parents=True, exist_ok=True)

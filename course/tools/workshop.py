@@ -18,11 +18,11 @@ must use the same exchange and course id (``course lab --exchange ... --course-i
 
 from __future__ import annotations
 
+import json
 import shutil
-from pathlib import Path
 
-from course.tools import lab
-from course.tools.lessons import all_lessons, resolve
+from course.commands import lab
+from course.commands.lessons import all_lessons, resolve
 from course.tools.workspace import quiet_logs
 
 __all__ = ["release", "collect", "grade", "give_back", "status"]
@@ -33,9 +33,9 @@ def _workspace(grades=None, exchange=None, cid=None, lessons=None):
     return lab.prepare_gradebook(lab.grades_dir(grades), exchange_path, lab.course_id(cid), lessons)
 
 
-def _run(ws, what: str, *args) -> None:
+def _run(ws, what: str, *args, **api) -> None:
     with quiet_logs():
-        result = getattr(ws.api(), what)(*args)
+        result = getattr(ws.api(**api), what)(*args)
     if not result or not result.get("success"):
         log = (result or {}).get("error") or (result or {}).get("log") or "no log"
         raise SystemExit(f"course workshop: nbgrader {what} {' '.join(map(str, args))} failed:\n{log}")
@@ -54,34 +54,57 @@ def release(lesson_names, *, grades=None, exchange=None, cid=None) -> list[str]:
     return [l.id for l in lessons]
 
 
-def collect(lesson_names, *, grades=None, exchange=None, cid=None) -> dict[str, list[str]]:
-    """Copy every learner's latest submission into GRADES/submitted/<student>/<lesson>/."""
+def collect(lesson_names, *, grades=None, exchange=None, cid=None, same_account: bool = False) -> dict[str, list[str]]:
+    """Copy every learner's latest submission into GRADES/submitted/<student>/<lesson>/, by identity and
+    verified time (:class:`course.tools.exchange.CourseCollect`). A submission that is not its named learner's
+    (another owner, a link, a forged folder) is refused and named here; the others are collected all the
+    same. Raises ``SystemExit(1)`` after collecting when anything was refused. ``same_account``: every
+    learner shares one Unix account (a demo): the names are trusted."""
+    from course.grading.results import shown
+    from course.tools.exchange import refused_report
+
     lessons = resolve(lesson_names or None)
     ws = _workspace(grades, exchange, cid, lessons)
-    found = {}
+    found, refused = {}, []
     for l in lessons:
         inbound = ws.exchange / ws.course_id / "inbound"
         if not any(inbound.glob(f"*+{l.id}+*")):
             continue
-        _run(ws, "collect", l.id)
+        report = refused_report(ws.path, l.id)
+        report.unlink(missing_ok=True)
+        _run(ws, "collect", l.id, same_account=same_account)
+        try:
+            refused += json.loads(report.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            pass
         students = sorted(p.parent.name for p in (ws.path / "submitted").glob(f"*/{l.id}") if p.is_dir())
         found[l.id] = students
-        print(f"collected {l.id}: {len(students)} submission(s) ({', '.join(students)})")
+        print(f"collected {l.id}: {len(students)} submission(s) ({', '.join(shown(s) for s in students)})")
     if not found:
         print("course workshop: nothing submitted yet.")
+    for entry in refused:
+        print(shown(f"REFUSED {entry.get('folder')}: {entry.get('why')}"))
+    if refused:
+        raise SystemExit(f"course workshop collect: {len(refused)} submission folder(s) refused (listed above): "
+                         "they are not their named learner's own. The others were collected.")
     return found
 
 
-def grade(lesson_names, *, grades=None, exchange=None, cid=None, **options):
-    """``course grade GRADES/submitted --out GRADES``: sandboxed, scores into the gradebook."""
-    from course.tools.grading import grade as grade_all
+def grade(lesson_names, *, grades=None, exchange=None, cid=None, options=None, **settings):
+    """``course grade GRADES/submitted --out GRADES``: sandboxed, scores into the gradebook. ``options``: a
+    :class:`course.grading.batch.Options` (or its fields as keywords); the lessons are the ones named."""
+    import dataclasses
+
+    from course.grading.batch import Options, grade as grade_all
 
     lessons = resolve(lesson_names or None)
     ws = _workspace(grades, exchange, cid, lessons)
     submitted = ws.path / "submitted"
     if not submitted.is_dir():
         raise SystemExit("course workshop: nothing collected yet (run `course workshop collect` first).")
-    return grade_all(submitted, ws.path, lessons=[l.id for l in lessons] if lesson_names else None, **options)
+    options = dataclasses.replace(options or Options(**settings),
+                                  lessons=tuple(l.id for l in lessons) if lesson_names else None)
+    return grade_all(submitted, ws.path, options)
 
 
 def give_back(lesson_names, *, grades=None, exchange=None, cid=None) -> dict[str, list[str]]:

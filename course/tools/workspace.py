@@ -13,11 +13,10 @@ import io
 import logging
 import os
 import shutil
-import sys
 from pathlib import Path
 
-from course.tools.lab import tool_environment
-from course.tools.lessons import root as course_root
+from course.commands.lab import tool_environment
+from course.commands.lessons import root as course_root
 
 __all__ = ["Workspace", "tool_environment"]
 
@@ -29,6 +28,8 @@ c.CourseDirectory.db_url = {db!r}
 c.Execute.timeout = {timeout}
 c.CourseDirectory.course_id = {course_id!r}
 c.Exchange.root = {exchange!r}
+# Collect by the submission's owner and its files' own times, never by the name's (course/tools/exchange.py).
+c.ExchangeFactory.collect = "course.tools.exchange.CourseCollect"
 '''
 
 
@@ -47,7 +48,7 @@ class Workspace:
         # The course id and exchange (workshops: release, collect, feedback). Given, else what this
         # workspace was last prepared with (so `course grade` keeps a workshop's settings), else
         # $COURSE_EXCHANGE / $COURSE_ID or the defaults of `course lab`.
-        from course.tools import lab
+        from course.commands import lab
 
         self.exchange = Path(exchange).resolve() if exchange else (
             lab.exchange_root() if os.environ.get("COURSE_EXCHANGE") or "exchange" not in saved
@@ -85,14 +86,17 @@ class Workspace:
             shutil.copytree(src, dst, ignore=shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__"))
         return self
 
-    def api(self):
-        """An ``NbGraderAPI`` bound to this workspace (its config file and gradebook)."""
+    def api(self, *, same_account: bool = False):
+        """An ``NbGraderAPI`` bound to this workspace (its config file and gradebook). ``same_account``: every
+        learner uses one Unix account, so collect trusts the names (:class:`course.tools.exchange.CourseCollect`)."""
         in_process_alembic_head()
         from nbgrader.apps import NbGraderAPI
         from nbgrader.coursedir import CourseDirectory
         from traitlets.config.loader import PyFileConfigLoader
 
         cfg = PyFileConfigLoader("nbgrader_config.py", path=str(self.path)).load_config()
+        if same_account:
+            cfg.CourseCollect.same_account = True
         coursedir = CourseDirectory(config=cfg)
         return NbGraderAPI(coursedir=coursedir, config=cfg)
 

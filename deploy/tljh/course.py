@@ -1,13 +1,13 @@
 # The course on The Littlest JupyterHub: learner labs for learners, the instructor lab for instructors.
 # install.sh copies this file to /opt/tljh/config/jupyterhub_config.d/course.py; TLJH loads it after
 # its own settings (config.yaml), at every hub start. It runs in TLJH's hub environment, which does
-# not have the course installed: it imports course.tools.hub (standard library only) from the handout.
+# not have the course installed: it imports course.commands.hub (standard library only) from the handout.
 import sys
 
 HANDOUT = "/srv/course"                      # the `course dist` handout, unpacked by install.sh
 sys.path.insert(0, HANDOUT)
 
-from course.tools import hub  # noqa: E402
+from course.commands import hub  # noqa: E402
 
 hub.configure(
     c,  # noqa: F821  (JupyterHub's configuration object)

@@ -100,7 +100,10 @@ def torch_decoder_output(block, x, memory, tgt_mask=None, memory_mask=None):
 
     layer = to_torch_decoder_layer(block).eval()
     B, T, S, H = x.shape[0], x.shape[1], memory.shape[1], layer.self_attn.num_heads
-    conv = lambda m, tk: None if m is None else to_torch_attn_mask(m, batch_size=B, n_heads=H, tgt_len=T, src_len=tk)
+
+    def conv(m, tk):
+        return None if m is None else to_torch_attn_mask(m, batch_size=B, n_heads=H, tgt_len=T, src_len=tk)
+
     with torch.no_grad():
         return layer(x, memory, tgt_mask=conv(tgt_mask, T), memory_mask=conv(memory_mask, S))
 

@@ -23,7 +23,7 @@ from pathlib import Path
 INSTRUCTOR_COMMANDS = {
     "run": ("course.tools.runner", "executes the solution notebooks and reports their results"),
     "release": ("course.tools.release", "regenerates the student notebooks from solutions/"),
-    "grade": ("course.tools.grading", "grades a class's submissions with the hidden tests"),
+    "grade": ("course.grading", "grades a class's submissions with the hidden tests"),
     "dist": ("course.tools.dist", "builds the learner's copy you are using"),
     "workshop": ("course.tools.workshop", "releases lessons to a room, collects, grades and returns them"),
 }
@@ -35,7 +35,10 @@ WHERE = ("it lives in the instructor's copy of the course (its repository, with 
 def available(command: str) -> bool:
     """Is ``command`` part of this copy of the course? (The learner's copy lacks the instructor's.)"""
     module = INSTRUCTOR_COMMANDS.get(command, (None,))[0]
-    return module is None or importlib.util.find_spec(module) is not None
+    try:
+        return module is None or importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:          # its package (course.tools) is not in this copy either
+        return False
 
 
 def instructor_copy() -> bool:
@@ -54,7 +57,7 @@ def _not_here(command: str) -> str:
 
 
 def _cmd_run(args) -> int:
-    from course.tools.lessons import resolve
+    from course.commands.lessons import resolve
     from course.tools.runner import run_lessons, run_lessons_seeds
 
     from course.config import DeviceError, resolve_device
@@ -77,7 +80,7 @@ def _cmd_run(args) -> int:
 
 
 def _cmd_release(args) -> int:
-    from course.tools.lessons import resolve
+    from course.commands.lessons import resolve
     from course.tools.release import release
 
     lessons = resolve(args.lessons)
@@ -92,7 +95,7 @@ def _cmd_release(args) -> int:
 
 
 def _cmd_check(args) -> int:
-    from course.tools.checker import CheckError, check_notebook
+    from course.commands.checker import CheckError, check_notebook
 
     try:
         outcomes, unimplemented = check_notebook(Path(args.notebook), timeout=args.timeout)
@@ -115,16 +118,33 @@ def _cmd_check(args) -> int:
     return 0 if passed == len(outcomes) else 1
 
 
-def _cmd_grade(args) -> int:
-    from course.tools.grading import OK_STATUSES, grade, summary_table
+def _env_path(name: str) -> Path | None:
+    value = os.environ.get(name)
+    return Path(value).expanduser().resolve() if value else None
+
+
+def grade_options(args, **extra):
+    """``course grade``'s options as :class:`course.grading.batch.Options`: the command line, and the two
+    settings read from the environment here, at the command's edge: ``$COURSE_GRADE_SCRATCH`` (where the
+    sandboxes' host-side folders go) and ``$COURSE_GRADE_CACHE`` (where generated assignments are kept)."""
+    from course.grading.batch import Options
+
+    return Options(timeout=args.timeout, lessons=tuple(args.lesson) if args.lesson else None, jobs=args.jobs,
+                   unsafe_no_sandbox=args.unsafe_no_sandbox, regrade=args.regrade,
+                   notebook_timeout=args.notebook_timeout, memory_mb=args.memory, shard=args.shard,
+                   executor=args.executor, scheduler=args.scheduler, retries=args.retries,
+                   scratch=_env_path("COURSE_GRADE_SCRATCH"), assignment_cache=_env_path("COURSE_GRADE_CACHE"), **extra)
+
+
+def grade_command(args, **extra) -> int:
+    """``course grade`` (``extra``: more :class:`course.grading.batch.Options` fields, for the course's own
+    tests, which call this with hooks no command line offers)."""
+    from course.grading import OK_STATUSES, grade, summary_table
 
     if args.scheduler and args.executor != "dask":
         print("course grade: --scheduler is the address of a Dask scheduler: add --executor dask", file=sys.stderr)
         return 2
-    results = grade(Path(args.submissions), Path(args.out), timeout=args.timeout, lessons=args.lesson or None,
-                    jobs=args.jobs, unsafe_no_sandbox=args.unsafe_no_sandbox, regrade=args.regrade,
-                    notebook_timeout=args.notebook_timeout, memory_mb=args.memory, shard=args.shard,
-                    executor=args.executor, scheduler=args.scheduler, retries=args.retries)
+    results = grade(Path(args.submissions), Path(args.out), grade_options(args, **extra))
     print()
     print(summary_table(results))
     print(f"Grades: {Path(args.out).resolve()}/grades.csv; per test: results.json; feedback: feedback/<student>/<lesson>/")
@@ -132,7 +152,7 @@ def _cmd_grade(args) -> int:
 
 
 def _cmd_grade_merge(args) -> int:
-    from course.tools.grading import OK_STATUSES, MergeError, merge, summary_table
+    from course.grading import OK_STATUSES, MergeError, merge, summary_table
 
     try:
         results = merge([Path(p) for p in args.shards], Path(args.out), db_url=args.db_url)
@@ -146,7 +166,7 @@ def _cmd_grade_merge(args) -> int:
 
 
 def _shard(text: str):
-    from course.tools.grading import parse_shard
+    from course.grading import parse_shard
 
     try:
         return parse_shard(text)
@@ -170,13 +190,13 @@ def _cmd_dist(args) -> int:
 
 
 def _cmd_doctor(args) -> int:
-    from course.tools.doctor import doctor
+    from course.commands.doctor import doctor
 
     return 1 if doctor(Path(args.json) if args.json else None) else 0
 
 
 def _cmd_lab(args) -> int:
-    from course.tools.lab import describe, lab_command
+    from course.commands.lab import describe, lab_command
 
     if args.instructor and not instructor_copy():
         print("course lab --instructor: the instructor's lab (solutions/ and the formgrader on the grading "
@@ -200,12 +220,15 @@ def _cmd_workshop(args) -> int:
     if args.action == "release":
         workshop.release(args.lessons, **where)
     elif args.action == "collect":
-        workshop.collect(args.lessons, **where)
+        workshop.collect(args.lessons, same_account=args.same_account, **where)
     elif args.action == "grade":
-        from course.tools.grading import OK_STATUSES, summary_table
+        from course.grading import OK_STATUSES, summary_table
 
-        results = workshop.grade(args.lessons, timeout=args.timeout, jobs=args.jobs,
-                                 unsafe_no_sandbox=args.unsafe_no_sandbox, regrade=args.regrade, **where)
+        from course.grading.batch import Options
+
+        results = workshop.grade(args.lessons, options=Options(
+            timeout=args.timeout, jobs=args.jobs, unsafe_no_sandbox=args.unsafe_no_sandbox, regrade=args.regrade,
+            scratch=_env_path("COURSE_GRADE_SCRATCH"), assignment_cache=_env_path("COURSE_GRADE_CACHE")), **where)
         print()
         print(summary_table(results))
         return 0 if all(r.status in OK_STATUSES for r in results) else 1
@@ -304,7 +327,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--retries", type=int, default=2,
                    help="with --executor dask: times a submission whose worker died is given to another worker "
                         "before it is a grader-error (default 2)")
-    g.set_defaults(func=_cmd_grade)
+    g.set_defaults(func=grade_command)
 
     gm = sub.add_parser("grade merge", help="merge the --out folders of `course grade --shard` runs",
                         description="Merge shards graded by `course grade SUBMISSIONS --out R_I --shard I/N` into one "
@@ -363,6 +386,9 @@ def build_parser() -> argparse.ArgumentParser:
     ws.add_argument("--jobs", "-j", type=int, default=None, help="grade: submissions graded at a time (default: CPU cores)")
     ws.add_argument("--regrade", action="store_true", help="grade: grade again submissions already graded")
     ws.add_argument("--unsafe-no-sandbox", action="store_true", help="grade: run submissions WITHOUT the sandbox")
+    ws.add_argument("--same-account", action="store_true",
+                    help="collect: every learner uses the same Unix account (a demo on one machine): trust the names "
+                         "in the exchange (by default a submission counts only if its folder belongs to its learner)")
     ws.set_defaults(func=_cmd_workshop)
     return p
 

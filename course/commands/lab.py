@@ -23,7 +23,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from course.tools.lessons import all_lessons, root
+from course.commands.lessons import all_lessons, root
 
 __all__ = ["DEFAULT_COURSE_ID", "exchange_root", "course_id", "grades_dir", "lab_command", "split_root_dir",
            "learner_config", "instructor_config", "prepare_gradebook"]

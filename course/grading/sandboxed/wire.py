@@ -24,8 +24,55 @@ import select
 import struct
 import time
 from dataclasses import dataclass
+from enum import Enum
 
 import torch
+
+class WorkerOp(str, Enum):
+    """What a judge asks the worker (judge -> worker: a pickled request ``{"op": ..., ...}``; the answer is
+    data only, :func:`encode_data`: ``{"ok": True, "value": ...}`` or ``{"ok": False, "error": {type, message}}``)."""
+
+    CELL = "cell"                # run one of the learner's cells: source, index -> output, error
+    GLOBAL = "global"            # a name of the learner's namespace -> its value (or "missing")
+    GETATTR = "getattr"          # on a handle ("h"): name -> value
+    SETATTR = "setattr"          # h, name, value
+    CALL = "call"                # h, args, kwargs (+ what to watch: tensors, containers) -> value, changes made
+    GETITEM = "getitem"          # h, key -> value
+    SETITEM = "setitem"          # h, key, value
+    LEN = "len"
+    ITER = "iter"
+    CONTAINS = "contains"        # h, item -> bool
+    BOOL = "bool"
+    REPR = "repr"
+    FORBID = "forbid"            # names, why, limit: block those calls until UNFORBID
+    UNFORBID = "unforbid"        # -> the sentences of what was violated meanwhile
+    TEST_BEGIN = "test-begin"    # fork: the test cells talk to the fork -> "forked" (answered by the fork)
+    TEST_END = "test-end"        # the fork ends -> "ended"
+    EXIT = "exit"                # the judge is done with this submission
+
+
+class ZygoteOp(str, Enum):
+    """What a judge asks the sandbox's PID 1 (JSON on its control socket, which no worker holds)."""
+
+    FORK = "fork"                # with two descriptors (the worker's requests and answers): start a worker
+    END = "end"                  # the submission is over: kill every process, empty the scratch folders
+    FENCE = "fence"              # the tests begin (worker pid given): stop the worker, end every other process
+                                 # but its tests' fork
+    CENSUS = "census"            # end every process that is neither the stopped worker nor its tests' fork
+    RESUME = "resume"            # the tests are over: let the worker go on
+
+
+class ZygoteEvent(str, Enum):
+    """What the sandbox's PID 1 says (``{"ev": ..., ...}``); the judge believes only these."""
+
+    READY = "ready"              # imports done; clean: the scratch folders are empty
+    STARTED = "started"          # a worker was forked
+    EXITED = "exited"            # the worker ended (status)
+    CLEAN = "clean"              # after END: every other process killed and reaped, scratch emptied (removed: n)
+    DIRTY = "dirty"              # after END: it could not: the judge throws this sandbox away
+    FENCED = "fenced"            # after FENCE or CENSUS: ended (the processes it ended), fork (the tests' fork
+                                 # as it found it, or 0)
+
 
 MAX_MESSAGE = 64 * 2**20           # bytes; a bigger answer is refused (and fails the test)
 _LEN = struct.Struct("<Q")

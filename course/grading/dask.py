@@ -6,7 +6,7 @@ dask-jobqueue on Slurm, the Dask Kubernetes operator): its workers need this cou
 the same version, and bubblewrap, as a grading machine does.
 
 Each worker keeps one warm judge for its lifetime (:class:`JudgePlugin`, a Dask ``WorkerPlugin``):
-its setup starts the judge exactly as ``course grade`` does locally (:class:`course.tools.grading._Judges`),
+its setup starts the judge exactly as ``course grade`` does locally (:class:`course.grading.pool.Judges`),
 the judge keeps its warm sandbox between submissions, and the plugin's teardown stops it. On a
 standing cluster (``--scheduler``) the plugin is registered once and stays for later batches, so
 their judges and sandboxes are already warm. A task is the submission spec that local judge takes, with the
@@ -14,8 +14,8 @@ files it names carried along (the cleaned notebook, the instructor's source note
 hidden tests, the released notebook, the lesson's data files): they go from the grader's machine to
 the grader's workers, the trusted side; the sandbox receives nothing it would not receive locally.
 
-The judge's answer comes back to the client, and :func:`course.tools.grading.grade` writes results,
-feedback and gradebook from it exactly as for a local judge (:class:`DaskJudges` has ``_Judges``'s
+The judge's answer comes back to the client, and :func:`course.grading.batch.grade` writes results,
+feedback and gradebook from it exactly as for a local judge (:class:`DaskJudges` has ``Judges``'s
 interface). A worker that dies while grading (killed, out of memory, a lost machine) makes the
 scheduler give the submission to another worker; one that has been on ``retries + 1`` dying
 workers (Dask's ``KilledWorker``) gets ``grader-error``: re-gradable, never a silent 0.
@@ -23,26 +23,24 @@ workers (Dask's ``KilledWorker``) gets ``grader-error``: re-gradable, never a si
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import tempfile
 import threading
 import time
 import uuid
+from dataclasses import asdict
 from pathlib import Path
 
-PLUGIN = "course-judge"
+from course.grading.protocol import ProtocolError, Reply, Spec
 
-# Tests only (tests/test_grading_scale.py): "student/lesson=once,student/lesson=always" makes the
-# worker process that receives that submission exit at once, as a worker killed mid-batch does;
-# "once" leaves a marker in COURSE_DASK_TEST_CRASH_DIR so that the retry is graded.
-_CRASH = "COURSE_DASK_TEST_CRASH"
+PLUGIN = "course-judge"
 
 
 def code_version() -> str:
     """A digest of this course package's Python files: the grader and each worker compare theirs, since a
     standing cluster's judges outlive an upgrade of the files they were started from."""
-    import hashlib
 
     import course
 
@@ -58,7 +56,6 @@ def code_version() -> str:
 
 _CODE: str | None = None
 
-
 class JudgePlugin:
     """A worker's warm judge (``distributed.WorkerPlugin`` protocol: ``setup``/``teardown``)."""
 
@@ -66,7 +63,7 @@ class JudgePlugin:
     prestart: dict | None = None                   # the warm sandbox its judge launches first (warm, limits)
 
     def setup(self, worker=None):
-        from course.tools.grading import _Judges
+        from course.grading.pool import Judges
 
         self.scratch = Path(tempfile.mkdtemp(prefix="course-dask-"))
         os.chmod(self.scratch, 0o711)              # as a local batch's scratch: sandboxes get their own folders in it
@@ -74,7 +71,7 @@ class JudgePlugin:
         self.lock = threading.Lock()
         prestart = None if self.prestart is None else dict(self.prestart, scratch_base=str(self.scratch))
         self.code = code_version()                 # what its judge runs, compared with each task's
-        self.judges = _Judges(1, prestart)
+        self.judges = Judges(1, prestart)
         self.judges.start_all()                    # imports its libraries before the first submission arrives
 
     def teardown(self, worker=None):
@@ -99,36 +96,23 @@ class JudgePlugin:
         return self.lessons[key]
 
     def grade(self, task: dict) -> dict:
+        """One submission (``task``: its notebook, its lesson's files, the :class:`Spec`'s other fields); the
+        judge's :class:`Reply`, as JSON, decoded and checked by the grader."""
         if task.get("code") != self.code:
-            return {"error": "this Dask worker's judge runs another version of the course than `course grade` "
-                             "(restart the workers after an upgrade); not graded, grade it again"}
+            return Reply(error="this Dask worker's judge runs another version of the course than `course grade` "
+                               "(restart the workers after an upgrade); not graded, grade it again").to_json()
         with self.lock:                            # one submission at a time per judge (single-threaded workers)
             paths = self._lesson(task["lesson"])
             notebook = self.scratch / "submission.ipynb"
             notebook.write_text(task["notebook"], encoding="utf-8")
-            spec = dict(task["spec"], notebook=str(notebook), scratch_base=str(self.scratch), **paths)
-            return self.judges.grade(0, spec)
-
-
-def _crash_if_asked(submission: str) -> None:
-    rules = os.environ.get(_CRASH)
-    if not rules:
-        return
-    for rule in rules.split(","):
-        who, _, how = rule.partition("=")
-        if who != submission:
-            continue
-        marker = Path(os.environ.get(f"{_CRASH}_DIR", tempfile.gettempdir())) / who.replace("/", "__")
-        if how == "always" or not marker.exists():
-            marker.touch()
-            os._exit(1)
+            spec = Spec.decode(dict(task["spec"], notebook=str(notebook), scratch_base=str(self.scratch), **paths))
+            return self.judges.grade(0, spec).to_json()
 
 
 def grade_on_worker(task: dict) -> dict:
     """The task a worker runs: its plugin's warm judge grades one submission."""
     from distributed import get_worker
 
-    _crash_if_asked(task["submission"])
     return get_worker().plugins[PLUGIN].grade(task)
 
 
@@ -147,15 +131,17 @@ def _worker_plugin(prestart: dict | None = None, keep: bool = False):
 
 
 class DaskJudges:
-    """``_Judges``'s interface (``jobs``, ``first``, ``start_all``, ``grade``, ``close``) over Dask."""
+    """``Judges``'s interface (``jobs``, ``first``, ``start_all``, ``grade``, ``close``) over Dask."""
 
-    def __init__(self, jobs: int, scheduler: str | None = None, retries: int = 2, prestart: dict | None = None):
+    def __init__(self, jobs: int, scheduler: str | None = None, retries: int = 2, prestart: dict | None = None,
+                 plugins: list | None = None):
         try:
             import distributed  # noqa: F401
         except ImportError:
             raise SystemExit("course grade --executor dask needs Dask: pip install 'course[dask]'") from None
         self.scheduler, self.retries = scheduler, max(0, int(retries))
         self.prestart = prestart
+        self.plugins = list(plugins or [])        # more worker plugins (Options.dask_worker_plugins)
         self.jobs = max(1, int(jobs))
         self.first: list[tuple] = []
         self.phases: dict[str, float] = {}
@@ -198,6 +184,8 @@ class DaskJudges:
                                         dashboard_address=None, memory_limit=0, silence_logs=logging.CRITICAL)
             self.client = Client(self.cluster)
         self.client.register_plugin(_worker_plugin(self.prestart, keep=bool(self.scheduler)), name=PLUGIN)
+        for plugin in self.plugins:
+            self.client.register_plugin(plugin)
         self.phases["dask cluster"] = time.perf_counter() - t
 
     def start_all(self) -> None:
@@ -230,14 +218,13 @@ class DaskJudges:
             self._error = exc
             self._ready.set()
 
-    def _bundle(self, spec: dict) -> dict:
-        source = spec["source"]
+    def _bundle(self, spec: Spec) -> dict:
+        source = spec.source
         if source not in self._bundles:
-            import hashlib
 
-            files = {Path(p).name: Path(p).read_bytes() for p in sorted(spec.get("files", []))}
+            files = {Path(p).name: Path(p).read_bytes() for p in sorted(spec.files)}
             bundle = {"source": Path(source).read_text(encoding="utf-8"),
-                      "release": Path(spec["release"]).read_text(encoding="utf-8") if spec.get("release") else "",
+                      "release": Path(spec.release).read_text(encoding="utf-8") if spec.release else "",
                       "files": files}
             digest = hashlib.sha256(bundle["source"].encode() + b"\0" + bundle["release"].encode())
             for name, data in files.items():
@@ -245,32 +232,35 @@ class DaskJudges:
             self._bundles[source] = dict(bundle, hash=digest.hexdigest()[:32])   # a worker writes each version once
         return self._bundles[source]
 
-    def grade(self, slot: int, spec: dict) -> dict:
+    def grade(self, slot: int, spec: Spec) -> Reply:
         from distributed import KilledWorker
 
         self.start_all()
         self._ready.wait()
         if self._error is not None or self.client is None:
-            return {"error": f"the Dask cluster did not start: {type(self._error).__name__}: {self._error}"}
-        submission = spec.get("submission", "")
+            return Reply(error=f"the Dask cluster did not start: {type(self._error).__name__}: {self._error}")
+        submission = spec.submission
         task = {"submission": submission, "code": code_version(),
-                "notebook": Path(spec["notebook"]).read_text(encoding="utf-8"),
+                "notebook": Path(spec.notebook).read_text(encoding="utf-8"),
                 "lesson": self._bundle(spec),
-                "spec": {k: v for k, v in spec.items() if k not in ("notebook", "source", "release", "files", "scratch_base")}}
+                "spec": {k: v for k, v in asdict(spec).items()
+                         if k not in ("notebook", "source", "release", "files", "scratch_base")}}
         asked = time.perf_counter()
         future = self.client.submit(grade_on_worker, task, key=f"grade-{submission.replace('/', '-')}-{uuid.uuid4().hex}",
                                     pure=False, retries=self.retries)
         try:
-            answer = future.result()
+            answer = Reply.decode(future.result())
         except KilledWorker:
-            answer = {"error": f"the Dask worker grading it died {self.retries + 1} times (KilledWorker): not graded, "
-                               "grade it again"}
+            answer = Reply(error=f"the Dask worker grading it died {self.retries + 1} times (KilledWorker): not "
+                                 "graded, grade it again")
+        except ProtocolError as exc:
+            answer = Reply(error=f"the Dask worker's judge answered something unreadable ({str(exc)[:200]})")
         except Exception as exc:  # noqa: BLE001 - a lost cluster, a worker without the course: re-gradable
-            answer = {"error": f"Dask could not grade it ({type(exc).__name__}: {str(exc)[:300]})"}
+            answer = Reply(error=f"Dask could not grade it ({type(exc).__name__}: {str(exc)[:300]})")
         finally:
             future.release()
-        if isinstance(answer, dict) and "error" not in answer:
-            self.first.append((self._t0, asked, time.perf_counter(), answer.get("phases", {})))
+        if answer.error is None:
+            self.first.append((self._t0, asked, time.perf_counter(), answer.phases))
         return answer
 
     def close(self, hurry: bool = False) -> None:

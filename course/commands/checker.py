@@ -16,7 +16,7 @@ from pathlib import Path
 
 import nbformat
 
-from course.tools.lab import tool_environment
+from course.commands.lab import tool_environment
 
 __all__ = ["TestOutcome", "CheckError", "check_notebook", "KERNEL_ARGUMENTS"]
 

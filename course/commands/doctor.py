@@ -176,10 +176,10 @@ def hardware() -> dict:
         info["matmul"] = _gpu_matmul(torch.device("cuda:0"))
         info["sdpa"] = _sdpa(torch.device("cuda:0"))
     else:
-        from course.config import _no_cuda_reason
+        from course.config import no_cuda_reason
 
         info["device"] = "cpu"
-        info["no_gpu_reason"] = _no_cuda_reason()
+        info["no_gpu_reason"] = no_cuda_reason()
         info["matmul"] = _cpu_matmul(threads=1)
         info["matmul_all_threads"] = _cpu_matmul(threads=os.cpu_count())
         before = torch.get_num_threads()
@@ -269,13 +269,16 @@ def _instructor_copy() -> bool:
     """The repository, with the grading tools; a learner's copy from ``course dist`` has none of them."""
     import importlib.util
 
-    return importlib.util.find_spec("course.tools.sandbox") is not None
+    try:
+        return importlib.util.find_spec("course.grading.sandbox") is not None
+    except ModuleNotFoundError:          # no course.grading at all: a learner's copy
+        return False
 
 
 def _lessons(base: Path) -> tuple[list[str], list[str]]:
     """(lesson ids, ids whose student notebook is missing): from ``solutions/`` in the repository,
     from ``notebooks/`` in a learner's copy (which has no solutions)."""
-    from course.tools.lessons import all_lessons
+    from course.commands.lessons import all_lessons
 
     lessons = all_lessons(base)
     if lessons:
@@ -291,10 +294,9 @@ def doctor(json_out: Path | None = None) -> int:
     Args:
         json_out: also write everything measured (versions, hardware, problems) to this JSON file.
     """
-    import torch
 
-    from course.tools.lab import tool_environment
-    from course.tools.lessons import root
+    from course.commands.lab import tool_environment
+    from course.commands.lessons import root
 
     tool_environment()
     problems = []
@@ -328,7 +330,7 @@ def doctor(json_out: Path | None = None) -> int:
         problems.append("nbgrader's Jupyter server extension is not enabled")
     ids, missing = _lessons(root())
     if _instructor_copy():
-        from course.tools import sandbox
+        from course.grading import sandbox
 
         ok, why = sandbox.available()
         print(f"grading sandbox {sandbox.describe(False) if ok else 'NOT AVAILABLE: ' + why}")
@@ -360,10 +362,10 @@ def doctor(json_out: Path | None = None) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m course.tools.doctor [--json OUT] [--hardware]`` (``course doctor`` prints the same)."""
+    """``python -m course.commands.doctor [--json OUT] [--hardware]`` (``course doctor`` prints the same)."""
     import argparse
 
-    parser = argparse.ArgumentParser(prog="python -m course.tools.doctor", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m course.commands.doctor", description=__doc__)
     parser.add_argument("--json", type=Path, help="also write what was measured to this JSON file")
     parser.add_argument("--hardware", action="store_true",
                         help="only the device: GPU or CPU, SDPA backends, matmul speed (no Jupyter checks)")

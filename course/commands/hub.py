@@ -3,18 +3,18 @@
 A hub's ``jupyterhub_config.py`` (TLJH: deploy/tljh/course.py, installed in
 ``/opt/tljh/config/jupyterhub_config.d/``; the loopback test: tests/test_hub.py) calls::
 
-    from course.tools import hub
+    from course.commands import hub
     hub.configure(c, exchange="/srv/nbgrader/exchange", config_dir="/srv/course-lab-config",
                   instructors={"instructor"}, grades="/home/jupyter-instructor/grades",
                   python="/opt/course/learner/bin/python")
 
-This module imports only the standard library (and course.tools.lab), so a hub's own environment
+This module imports only the standard library (and course.commands.lab), so a hub's own environment
 can import it from the handout folder without the course's dependencies. On Zero to JupyterHub the
 image holds both folders (:func:`write_configs`, deploy/z2jh/Dockerfile) and the hub only picks one
 per user (deploy/z2jh/values.yaml).
 
 Every user server then starts ``jupyterhub-singleuser`` with a Jupyter configuration folder on
-``JUPYTER_CONFIG_PATH``, the same settings ``course lab`` writes (course/tools/lab.py):
+``JUPYTER_CONFIG_PATH``, the same settings ``course lab`` writes (course/commands/lab.py):
 
 * learners: nbgrader knows the course id and the exchange, fetches lessons into the user's home
   (the Assignment List and Validate work); the formgrader, the course list and "create assignment"
@@ -35,7 +35,7 @@ import os
 import sys
 from pathlib import Path
 
-from course.tools import lab
+from course.commands import lab
 
 __all__ = ["write_configs", "configure"]
 
@@ -59,7 +59,7 @@ def write_configs(config_dir, *, exchange, course_id: str | None = None, grades=
     exchange = lab.ensure_exchange(Path(exchange))
     cid = lab.course_id(course_id)
     base = [
-        "# Written by course.tools.hub.configure at every hub start.",
+        "# Written by course.commands.hub.configure at every hub start.",
         "import os",
         "c = get_config()  # noqa: F821",
         f"load_subconfig({str(lab.root() / 'autograde' / 'nbgrader_config.py')!r})",

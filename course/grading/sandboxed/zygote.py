@@ -1,0 +1,361 @@
+"""PID 1 of a warm sandbox: forks a fresh worker per submission and, between two, kills every other process
+of the sandbox and empties its scratch folders; nothing inside can signal it or read its memory."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import select
+import shutil
+import signal
+import socket
+import stat
+import os
+import time
+
+from course.grading.sandboxed.wire import ZygoteEvent, ZygoteOp
+
+SCRATCH = ("/sandbox/work", "/sandbox/home", "/tmp")
+INBOX = "/sandbox/inbox"            # the lesson's data files, bound read-only; copied into work/ per submission
+
+
+def _sweep(limit: float = 10.0) -> bool:
+    """Kill every other process of the sandbox and reap them all (called by the zygote, PID 1).
+    True when none is left."""
+
+    end = time.monotonic() + limit
+    while time.monotonic() < end:
+        try:
+            os.kill(-1, signal.SIGKILL)          # from PID 1: every process in the namespace but itself
+        except ProcessLookupError:
+            pass
+        try:
+            while os.waitpid(-1, os.WNOHANG) != (0, 0):
+                pass
+        except ChildProcessError:
+            return True                          # no child left (orphans are ours too: we are PID 1)
+        time.sleep(0.005)
+    return False
+
+
+def _empty(top: str, keep: frozenset, deadline: float, removed: list) -> bool:
+    """Empty the folder ``top``; never raises, never recurses, never follows a link.
+
+    A folder inside is not walked: its entries are moved up into ``top`` (renamed, by file
+    descriptor), so a tree of any depth comes apart with two open descriptors and paths one name
+    long. Other mounts (the read-only folders bound under /tmp) and the names in ``keep`` stay.
+    True when ``top`` holds nothing else at the end."""
+
+    try:
+        tfd = os.open(top, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    except OSError:
+        return False
+    counter = 0
+    try:
+        dev = os.fstat(tfd).st_dev
+        try:
+            os.fchmod(tfd, 0o1777 if top == "/tmp" else 0o777)
+        except OSError:
+            pass
+        while time.monotonic() < deadline:
+            names = [n for n in os.listdir(tfd) if n not in keep]
+            if not names:
+                return True
+            progress = False
+            for name in names:
+                if time.monotonic() > deadline:
+                    return False
+                try:
+                    st = os.stat(name, dir_fd=tfd, follow_symlinks=False)
+                    if st.st_dev != dev:             # a mount point: not ours to remove
+                        continue
+                    if not stat.S_ISDIR(st.st_mode):
+                        os.unlink(name, dir_fd=tfd)
+                        removed[0] += 1
+                        progress = True
+                        continue
+                    os.chmod(name, 0o700, dir_fd=tfd)
+                    dfd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=tfd)
+                    try:
+                        for sub in os.listdir(dfd):
+                            counter += 1
+                            os.rename(sub, f".wipe-{os.getpid()}-{counter}", src_dir_fd=dfd, dst_dir_fd=tfd)
+                    finally:
+                        os.close(dfd)
+                    os.rmdir(name, dir_fd=tfd)
+                    removed[0] += 1
+                    progress = True
+                except OSError:
+                    continue
+            if not progress:
+                return False
+        return False
+    except BaseException:  # noqa: BLE001 - a clean-up that fails says so; the judge then restarts the sandbox
+        return False
+    finally:
+        os.close(tfd)
+
+
+def _wipe(keep: dict[str, frozenset], limit: float = 20.0) -> tuple[bool, int]:
+    """Empty the scratch folders (tmpfs mounts of this sandbox): (all empty?, entries removed)."""
+    deadline = time.monotonic() + limit
+    ok, removed = True, [0]
+    for top in SCRATCH:
+        if os.path.isdir(top):
+            ok = _empty(top, keep.get(top, frozenset()), deadline, removed) and ok
+    return ok, removed[0]
+
+
+def _copy_inbox(names) -> None:
+
+    for name in names:
+        if isinstance(name, str) and name and "/" not in name and name not in (".", ".."):
+            try:
+                shutil.copyfile(os.path.join(INBOX, name), os.path.join("/sandbox/work", name))
+            except OSError:
+                pass
+
+
+def _ignore_signals() -> None:
+
+    for sig in signal.valid_signals():
+        if sig in (signal.SIGKILL, signal.SIGSTOP, signal.SIGCHLD):
+            continue
+        try:
+            signal.signal(sig, signal.SIG_IGN)
+        except (OSError, ValueError, RuntimeError):
+            pass
+
+
+def _default_signals() -> None:
+
+    for sig in signal.valid_signals():
+        if sig in (signal.SIGKILL, signal.SIGSTOP):
+            continue
+        try:
+            signal.signal(sig, signal.default_int_handler if sig == signal.SIGINT else signal.SIG_DFL)
+        except (OSError, ValueError, RuntimeError):
+            pass
+
+
+def processes() -> dict[int, tuple[int, str]]:
+    """Every process of this sandbox's PID namespace but PID 1, read from /proc: pid -> (parent pid, state
+    letter; "Z" for a zombie, which runs nothing any more)."""
+    found = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or name == "1":
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as fh:
+                rest = fh.read().rpartition(b")")[2].split()
+            found[int(name)] = (int(rest[1]), rest[0].decode("ascii", "replace"))
+        except (OSError, IndexError, ValueError):
+            continue                                 # gone meanwhile
+    return found
+
+
+def last_pid() -> int:
+    """The last PID this namespace handed out (to a process or a thread): two readings that differ mean
+    something started in between. 0 where the kernel does not say."""
+    try:
+        with open("/proc/sys/kernel/ns_last_pid") as fh:
+            return int(fh.read().strip() or 0)
+    except (OSError, ValueError):
+        return 0
+
+
+def _signal(pid: int, name: str) -> None:
+
+    try:
+        os.kill(pid, getattr(signal, name))
+    except OSError:
+        pass
+
+
+def fence(worker: int, fork: int, stop: bool = True, limit: float = 3.0) -> tuple[int, int, bool]:
+    """While a submission's tests run, the only learner code that runs is the function under test: end every
+    process of the sandbox but PID 1, the worker and its tests' fork (``fork``, kept only if it is a live
+    child of the worker). With ``stop`` (and a fork), the worker is stopped first (SIGSTOP, which no process
+    can catch): none of its threads runs until RESUME. Processes that start more as they are ended are
+    ended again until none is left, for ``limit`` seconds. Returns ``(processes ended, the fork kept or 0,
+    whether none is left)``."""
+    procs = processes()
+    keep = {worker}
+    if fork and procs.get(fork, (0, "Z"))[0] == worker and procs[fork][1] != "Z":
+        keep.add(fork)
+        if stop:
+            _signal(worker, "SIGSTOP")
+    else:
+        fork = 0
+    ended: set[int] = set()
+    deadline = time.monotonic() + limit
+    while True:
+        extra = [p for p, (_, state) in procs.items() if p not in keep and state != "Z"]
+        if not extra:
+            return len(ended), fork, True
+        if time.monotonic() > deadline:
+            return len(ended), fork, False
+        for p in extra:
+            _signal(p, "SIGKILL")
+            ended.add(p)
+        for p in extra:                              # the orphans among them are ours to reap (we are PID 1)
+            try:
+                os.waitpid(p, os.WNOHANG)
+            except ChildProcessError:
+                pass
+        time.sleep(0.002)
+        procs = processes()
+
+
+def _wait_for_end(fork: int, limit: float = 2.0) -> None:
+    """The tests' fork, told to end, writes its last byte to the worker and exits: wait for that (the worker
+    is stopped and cannot reap it, so it stays a zombie); one still running after ``limit`` is killed."""
+    if not fork:
+        return
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        state = processes().get(fork, (0, "Z"))[1]
+        if state == "Z":
+            return
+        time.sleep(0.002)
+    _signal(fork, "SIGKILL")
+
+
+def _tests_fork(op, msg: dict, worker: int, fork: int, say) -> int:
+    """FENCE, CENSUS or RESUME (see :class:`course.grading.sandboxed.wire.ZygoteOp`) for ``worker``, whose
+    tests' fork is ``fork``: says FENCED and returns the tests' fork from now on (0: none)."""
+    if op == ZygoteOp.FENCE:
+        claimed = msg.get("fork")
+        ended, fork, clean = fence(worker, claimed if type(claimed) is int and claimed > 1 else 0)
+    elif op == ZygoteOp.CENSUS:
+        ended, fork, clean = fence(worker, fork, stop=False)
+    else:
+        _wait_for_end(fork)
+        ended, _, clean = fence(worker, 0, stop=False)
+        fork = 0
+        _signal(worker, "SIGCONT")
+    say(ev=ZygoteEvent.FENCED, ended=ended, fork=fork, clean=clean, last_pid=last_pid())
+    return fork
+
+
+def serve_sandbox(ctrl_fd: int, keep: dict[str, frozenset], worker_class) -> None:
+    """Serve many submissions from one warm sandbox: fork a fresh worker for each.
+
+    Runs as PID 1 of the sandbox's namespace. Talks to the judge over its own control socket
+    (``ctrl_fd``), which each worker closes before any student code runs; the worker gets fresh
+    pipes for its requests and answers, passed by the judge for this submission only. So a worker
+    cannot speak for the zygote, and nothing a worker left in a pipe reaches the next one.
+    Non-dumpable (no process of the sandbox can read its memory or its descriptors) and deaf to
+    every signal it may ignore. Between two submissions it kills every other process, reaps them,
+    empties the scratch folders and only then says "clean" (or "dirty": the judge then starts a new
+    sandbox). Messages: judge -> zygote JSON (+ two descriptors with "fork"); zygote -> judge JSON.
+    """
+
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None)
+        libc.prctl(4, 0, 0, 0, 0)                    # PR_SET_DUMPABLE = 0: nobody reads our memory or fds
+        # Die with bubblewrap's process outside (the judge kills it): dropping to the sandbox user
+        # cleared the parent-death signal bubblewrap had set, so set it again.
+        libc.prctl(1, int(signal.SIGKILL), 0, 0, 0)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+    _ignore_signals()
+    ctrl = socket.socket(fileno=ctrl_fd)
+
+    def say(**msg):
+        try:
+            ctrl.send(json.dumps(msg).encode())
+        except OSError:
+            os._exit(0)
+
+    say(ev=ZygoteEvent.READY, clean=_wipe(keep)[0])
+    while True:
+        try:
+            data, fds, _, _ = socket.recv_fds(ctrl, 1 << 16, 2)
+        except OSError:
+            data, fds = b"", []
+        if not data:                                 # the judge is gone: as PID 1, our exit ends everything
+            _sweep(2)
+            os._exit(0)
+        try:
+            req = json.loads(data)
+        except ValueError:
+            os._exit(0)
+        if req.get("op") != ZygoteOp.FORK or len(fds) != 2:
+            for fd in fds:
+                os.close(fd)
+            continue
+        _copy_inbox(req.get("files", []))
+        pid = os.fork()
+        if pid == 0:
+            try:
+                ctrl.close()                         # before any student code: the worker never holds it
+                os.chdir("/sandbox/work")
+                _default_signals()
+                worker_class(fds[0], fds[1]).serve()
+            finally:
+                os._exit(0)
+        for fd in fds:
+            os.close(fd)
+        say(ev=ZygoteEvent.STARTED)
+        exited = False
+        fork = 0                                     # the worker's fork that runs the tests (while they run)
+
+        while True:
+            if not exited:
+                try:
+                    done, status = os.waitpid(pid, os.WNOHANG)
+                except ChildProcessError:
+                    done, status = pid, 0
+                if done == pid:
+                    exited = True
+                    say(ev=ZygoteEvent.EXITED, status=status)
+            ready, _, _ = select.select([ctrl], [], [], 0.05 if not exited else None)
+            if not ready:
+                continue
+            try:
+                data = ctrl.recv(1 << 16)
+                msg = json.loads(data) if data else None
+            except (OSError, ValueError):
+                msg = None
+            if not isinstance(msg, dict):
+                _sweep(2)
+                os._exit(0)
+            op = msg.get("op")
+            if op == ZygoteOp.END:
+                break
+            if op in (ZygoteOp.FENCE, ZygoteOp.CENSUS, ZygoteOp.RESUME) and not exited:
+                fork = _tests_fork(op, msg, pid, fork, say)
+        swept = _sweep()
+        clean, removed = _wipe(keep) if swept else (False, 0)
+        say(ev=ZygoteEvent.CLEAN if clean else ZygoteEvent.DIRTY, removed=removed)
+
+
+def warm_checks() -> None:
+    """Run the check of forbidden calls once, on a small tensor: its first use loads some 800 modules of
+    PyTorch's dispatch machinery (about 2 s). Done before the zygote forks, every worker starts with them
+    loaded instead of paying it again per submission."""
+    import torch
+
+    from course import forbidden
+
+    try:
+        with forbidden.Guard(("softmax",), "warm up", limit=1 << 30):
+            torch.ones(2, 2).tril().sum()
+    except Exception:  # noqa: BLE001 - a check that fails here fails again, visibly, where a test uses it
+        pass
+
+
+def warm_imports(lists: list[str]) -> None:
+    """Import the modules the lessons import (named by the judge from the instructor's notebooks), so
+    that each forked worker finds them loaded. One that fails is left for the notebook to report."""
+
+    for name in (n for names in lists for n in names.split(",") if n):
+        try:
+            module = importlib.import_module(name)
+            for extra in getattr(module, "WARM_IMPORTS", ()):    # what the module imports when used
+                importlib.import_module(extra)
+        except Exception:  # noqa: BLE001 - the submission's own import says what is wrong
+            pass

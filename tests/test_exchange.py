@@ -1,0 +1,159 @@
+"""The workshop exchange trusts identity, not names (the trust issue's "one learner replaces another's
+submission"), with real Unix users, as a JupyterHub has them.
+
+Alice submits an honest, finished lesson with `nbgrader submit`, as herself. Mallory, another learner of
+the same exchange, then tries three things nbgrader's own collect let through:
+
+* impersonation: a folder ``inbound/<alice>+<lesson>+<a time in 2999>`` of her own, holding an untouched
+  notebook (nbgrader's collect took it as Alice's newest submission: Alice scored 0);
+* a foreign folder: one named for Alice, holding a link to Alice's notebook in Alice's home (a root
+  collector following it would read a file Mallory may not);
+* a forged time for herself: a submission of her own dated 2999, then a real one; the real one is later.
+
+`course workshop collect` refuses the first two, names them and exits non-zero; it collects Alice's real
+submission (graded full marks) and Mallory's latest real one, timed by the files' own ``ctime``.
+
+Needs root (the learners are Unix users it creates; CI runs as root) and useradd.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from planting import build_submission
+from test_hub import learner_python
+
+ROOT = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.slow
+LESSON = "00_softmax_lookup"
+COURSE = "exchange-test"
+ALICE, MALLORY = "crsx-alice", "crsx-mallory"
+
+
+def _why_not() -> str | None:
+    if not hasattr(os, "geteuid") or os.geteuid() != 0:
+        return "needs root: the learners are Unix users this test creates (CI runs as root)"
+    for tool in ("useradd", "userdel", "runuser"):
+        if shutil.which(tool) is None:
+            return f"needs {tool} (the learners' accounts)"
+    return None
+
+
+@pytest.fixture
+def learners():
+    why = _why_not()
+    if why:
+        pytest.skip(why)
+    opened = []
+    made = []
+    try:
+        # The learners run the course's venv, as a hub's shared environment is readable by every learner.
+        for folder in {*Path(sys.prefix).resolve().parents, *ROOT.resolve().parents, ROOT.resolve()}:
+            mode = folder.stat().st_mode
+            if not mode & 0o001:
+                folder.chmod(mode | 0o001)
+                opened.append((folder, mode))
+        for name in (ALICE, MALLORY):
+            subprocess.run(["userdel", "-r", name], capture_output=True)        # a crashed earlier run
+            subprocess.run(["useradd", "-m", "-K", "HOME_MODE=0700", "-s", "/bin/bash", name], check=True,
+                           capture_output=True)
+            made.append(name)
+        yield
+    finally:
+        for name in made:
+            subprocess.run(["userdel", "-r", name], capture_output=True)
+        for folder, mode in opened:
+            folder.chmod(mode)
+
+
+def as_user(name: str, *cmd: str, cwd: str | None = None) -> subprocess.CompletedProcess:
+    env = {"PATH": "/usr/bin:/bin", "HOME": f"/home/{name}", "USER": name,
+           "LOGNAME": name, "LANG": "C.UTF-8"}
+    return subprocess.run(["runuser", "-u", name, "--", "env", "-i", *[f"{k}={v}" for k, v in env.items()], *cmd],
+                          capture_output=True, text=True, timeout=300, cwd=cwd or f"/home/{name}")
+
+
+def test_the_exchange_trusts_identity_not_names(learners, tmp_path):
+    work = Path(tempfile.mkdtemp(prefix="course-exchange-"))
+    work.chmod(0o755)
+    try:
+        exchange, grades = work / "exchange", work / "grades"
+        env = dict(os.environ, COURSE_EXCHANGE=str(exchange), COURSE_GRADES=str(grades), COURSE_ID=COURSE)
+
+        def host(*args):
+            return subprocess.run([sys.executable, "-m", "course.commands.cli", "workshop", *args], cwd=ROOT, env=env,
+                                  capture_output=True, text=True, timeout=900)
+
+        r = host("release", LESSON)
+        assert r.returncode == 0, r.stdout + r.stderr
+        python = learner_python(work, ALICE)          # one the learners' accounts can run, with the course
+        nbg = [python, "-m", "nbgrader"]
+        where = ["--course", COURSE, f"--Exchange.root={exchange}"]
+
+        # Alice: fetch, answer every exercise (the reference), submit: as herself.
+        r = as_user(ALICE, *nbg, "fetch_assignment", LESSON, *where)
+        assert r.returncode == 0, r.stdout + r.stderr
+        mine = Path(f"/home/{ALICE}/{LESSON}/{LESSON}.ipynb")
+        nbformat.write(build_submission(LESSON), str(mine))
+        shutil.chown(mine, ALICE, ALICE)
+        r = as_user(ALICE, *nbg, "submit", LESSON, *where)
+        assert r.returncode == 0, r.stdout + r.stderr
+
+        inbound = exchange / COURSE / "inbound"
+        untouched = nbformat.writes(build_submission(LESSON, fill=False))
+        forged = f"{ALICE}+{LESSON}+2999-01-01 00:00:00.000000 UTC"
+        linked = f"{ALICE}+{LESSON}+2998-01-01 00:00:00.000000 UTC"
+        own_old = f"{MALLORY}+{LESSON}+2999-06-01 00:00:00.000000 UTC"
+        script = (
+            "import os, sys, time\n"
+            "inbound, lesson, forged, linked, own_old, untouched, alice_nb = sys.argv[1:8]\n"
+            "for name, text in ((forged, untouched), (own_old, untouched)):\n"
+            "    os.makedirs(os.path.join(inbound, name))\n"
+            "    open(os.path.join(inbound, name, lesson + '.ipynb'), 'w').write(text)\n"
+            "    open(os.path.join(inbound, name, 'timestamp.txt'), 'w').write(name.split('+')[2])\n"
+            "os.makedirs(os.path.join(inbound, linked))\n"
+            "os.symlink(alice_nb, os.path.join(inbound, linked, lesson + '.ipynb'))\n"
+        )
+        payload = tmp_path / "untouched.ipynb"
+        payload.write_text(untouched)
+        payload.chmod(0o644)
+        tmp_path.chmod(0o755)
+        r = as_user(MALLORY, python, "-c", script, str(inbound), LESSON, forged, linked, own_old, untouched,
+                    str(mine), cwd="/")
+        assert r.returncode == 0, r.stdout + r.stderr
+        # Mallory's real submission, after her forged-date one: her latest.
+        r = as_user(MALLORY, *nbg, "fetch_assignment", LESSON, *where)
+        assert r.returncode == 0, r.stdout + r.stderr
+        r = as_user(MALLORY, *nbg, "submit", LESSON, *where)
+        assert r.returncode == 0, r.stdout + r.stderr
+
+        r = host("collect", LESSON)
+        said = r.stdout + r.stderr
+        assert r.returncode != 0, said                                    # something was refused: it says so
+        assert forged in said and "not to" in said and linked in said, said
+        report = json.loads((grades / "collect" / f"refused-{LESSON}.json").read_text())
+        assert sorted(e["folder"] for e in report) == sorted([forged, linked]), report
+
+        collected = grades / "submitted" / ALICE / LESSON / f"{LESSON}.ipynb"
+        assert collected.read_text() == mine.read_text()               # Alice's own, real submission
+        chosen = json.loads((grades / "submitted" / MALLORY / LESSON / ".course-collected.json").read_text())
+        assert chosen["folder"] != own_old and not chosen["time"].startswith("2999"), chosen   # her real, later one
+
+        from course.grading import sandbox
+
+        unsafe = [] if sandbox.available()[0] else ["--unsafe-no-sandbox"]
+        r = host("grade", LESSON, "--jobs", "1", *unsafe)
+        rows = {row["student"]: row for row in csv.DictReader(open(grades / "grades.csv", encoding="utf-8"))}
+        assert float(rows[ALICE]["score"]) == float(rows[ALICE]["max_score"]) > 0, (rows, r.stdout[-2000:])
+    finally:
+        shutil.rmtree(work, ignore_errors=True)

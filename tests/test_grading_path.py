@@ -1,0 +1,284 @@
+"""The trust issue's third round: a submission's whole path, not only the sandbox.
+
+One batch grades hostile submissions beside honest ones, through a wrapper that reports the grader
+process's own peak memory:
+
+* **script in every field** of a notebook (tests/hostile.py), on lesson 05's wrong answer: nothing of it
+  reaches the autograded notebook (what nbgrader's formgrader renders) or the feedback page as live
+  markup; the forged nbgrader cells are removed and reported; no point is gained, the honest student keeps
+  full marks;
+* **a helper process** started by an early cell computes the forbidden function (lesson 00's softmax,
+  lesson 12's fused attention), the graded function sending it its inputs as plain numbers: scores no
+  more than calling the forbidden function directly, and is reported;
+* **notebooks that would take the grader's memory**: millions of empty objects in the metadata, in a
+  cell's outputs, and a valid notebook near the file cap: the first two are `invalid-notebook` with a
+  message that names the cap, and the grader's peak memory stays under :data:`PEAK_MB`.
+
+The CPU test (a hog sandbox beside an honest one, autogroup off) and the feedback page's widget state
+are at the end. The exchange has its own test (tests/test_exchange.py), the formgrader in a real browser
+too (tests/test_browser.py).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from hostile import MARK, hostile
+from planting import WRONG_05, build_submission, results_by_key, write_submission
+
+ROOT = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.slow
+PEAK_MB = 1024          # the grader's own process, for the whole batch
+
+
+HELPER = '''
+import os, sys, json, subprocess
+_r1, _w1 = os.pipe()
+_r2, _w2 = os.pipe()
+_code = """
+import os, sys, json, torch
+import torch.nn.functional as F
+rf, wf = os.fdopen(int(sys.argv[1]), 'rb', 0), os.fdopen(int(sys.argv[2]), 'wb', 0)
+while True:
+    line = rf.readline()
+    if not line:
+        sys.exit(0)
+    name, args, kw = json.loads(line)
+    out = eval(name)(*[torch.tensor(a) for a in args], **kw)
+    wf.write((json.dumps(out.tolist()) + '\\\\n').encode())
+"""
+_helper = subprocess.Popen([sys.executable, "-c", _code, str(_r1), str(_w2)], pass_fds=(_r1, _w2))
+os.close(_r1)
+os.close(_w2)
+_to, _from = os.fdopen(_w1, "wb", 0), os.fdopen(_r2, "rb", 0)
+
+def _remote(name, *args, **kw):
+    _to.write((json.dumps([name, [a.tolist() for a in args], kw]) + "\\\\n").encode())
+    line = _from.readline()
+    if not line:
+        raise RuntimeError("the helper is gone")
+    return torch.tensor(json.loads(line), dtype=args[0].dtype)
+'''
+
+HELPED = {
+    "00_softmax_lookup": ("softmax", "def softmax(x, dim=-1):\n    return _remote('torch.softmax', x, dim=dim)\n",
+                          "def softmax(x, dim=-1):\n    return torch.softmax(x, dim=dim)\n"),
+    "12_efficient_attention": (
+        "chunked_attention",
+        "def chunked_attention(q, k, v, chunk_size, causal=False):\n"
+        "    return _remote('F.scaled_dot_product_attention', q, k, v, is_causal=causal)\n",
+        "def chunked_attention(q, k, v, chunk_size, causal=False):\n"
+        "    return F.scaled_dot_product_attention(q, k, v, is_causal=causal)\n"),
+}
+
+
+def _with_cell(nb, source: str):
+    """``nb`` with a code cell of ``source`` right after its set-up cell (the one that imports torch)."""
+    at = next(i for i, c in enumerate(nb.cells) if c.cell_type == "code" and "import torch" in c.source)
+    nb.cells.insert(at + 1, nbformat.v4.new_code_cell(source))
+    return nb
+
+
+def _bomb(path: Path, where: str, count: int) -> None:
+    """A notebook file whose metadata (or one cell's outputs) holds ``count`` empty objects."""
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell("x = 1")]
+    text = nbformat.writes(nb)
+    filler = "[" + ",".join(["{}"] * count) + "]"
+    if where == "metadata":
+        text = text.replace('"metadata": {}', f'"metadata": {{"padding": {filler}}}', 1)
+    else:
+        text = text.replace('"outputs": []', '"outputs": [{"output_type": "display_data", "metadata": {}, '
+                                              f'"data": {{"application/json": {{"x": {filler}}}}}}}]', 1)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+
+
+def _big_but_valid(path: Path, mib: int) -> None:
+    """A valid notebook of the reference answers plus one output of ``mib`` MiB of text."""
+    nb = build_submission("00_softmax_lookup")
+    code = next(c for c in nb.cells if c.cell_type == "code")
+    code.outputs = [nbformat.v4.new_output("stream", name="stdout", text="x" * (mib * 2**20))]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    nbformat.write(nb, str(path))
+
+
+MEASURED = """
+import resource, sys
+from course.commands import cli
+rc = cli.grade_command(cli.parse_args(sys.argv[1:]))
+print(f"PEAK_RSS_MB {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f}", flush=True)
+sys.exit(rc)
+"""
+
+
+@pytest.fixture(scope="module")
+def path_batch(tmp_path_factory):
+    """The batch: (results by key, the grading folder, what the command printed, its peak RSS in MiB)."""
+    base = tmp_path_factory.mktemp("grading-path")
+    subs, out = base / "submissions", base / "graded"
+    L05, L00 = "05_self_attention", "00_softmax_lookup"
+    write_submission(subs, "honest", L05, build_submission(L05))
+    write_submission(subs, "wrong", L05, build_submission(L05, {"scaled_dot_product_attention": WRONG_05}))
+    write_submission(subs, "xss", L05, hostile(build_submission(L05, {"scaled_dot_product_attention": WRONG_05})))
+    for lesson, (cell, helped, direct) in HELPED.items():
+        write_submission(subs, "helper", lesson, _with_cell(build_submission(lesson, {cell: helped}), HELPER))
+        write_submission(subs, "direct", lesson, build_submission(lesson, {cell: direct}))
+    write_submission(subs, "honest", L00, build_submission(L00))
+    _bomb(subs / "bomb-metadata" / L00 / f"{L00}.ipynb", "metadata", 32_000_000)      # 95 MiB
+    _bomb(subs / "bomb-outputs" / L00 / f"{L00}.ipynb", "outputs", 1_400_000)         # 4 MiB
+    _big_but_valid(subs / "big" / L00 / f"{L00}.ipynb", 90)
+    proc = subprocess.run([sys.executable, "-c", MEASURED, "grade", str(subs), "--out", str(out), "--jobs", "2",
+                           "--timeout", "60"], capture_output=True, text=True, timeout=2400, cwd=ROOT)
+    said = proc.stdout + proc.stderr
+    assert (out / "results.json").is_file(), said[-4000:]
+    peak = int(re.search(r"PEAK_RSS_MB (\d+)", said).group(1))
+    return results_by_key(out / "results.json"), out, said, peak
+
+
+def _points(r) -> float:
+    return float(r["score"])
+
+
+def test_script_in_every_field_reaches_no_page(path_batch):
+    got, out, said, _ = path_batch
+    L05 = "05_self_attention"
+    honest, wrong, xss = got[("honest", L05)], got[("wrong", L05)], got[("xss", L05)]
+    assert honest["score"] == honest["max_score"] > 0, honest
+    assert _points(xss) <= _points(wrong) < honest["max_score"], (xss["score"], wrong["score"])
+    assert xss["status"] == "suspicious" and "nbgrader metadata the lesson does not have" in xss["detail"], xss
+
+    release = nbformat.read(str(out / "release" / L05 / f"{L05}.ipynb"), as_version=4)
+    allowed = [dict(c.metadata) for c in release.cells]
+    graded = nbformat.read(str(out / "autograded" / "xss" / L05 / f"{L05}.ipynb"), as_version=4)
+    assert dict(graded.metadata) == dict(release.metadata)           # the notebook's metadata is the release's
+    for cell in graded.cells:
+        meta = {k: v for k, v in cell.metadata.items() if k != "nbgrader"}
+        assert not meta or meta in [{k: v for k, v in a.items() if k != "nbgrader"} for a in allowed], cell.metadata
+        assert MARK not in json.dumps(dict(cell.metadata)), cell.metadata
+        assert "attachments" not in cell
+        if cell.cell_type == "markdown" and MARK in cell.source:
+            assert re.fullmatch(r"(`{3,})text\n.*\n\1", cell.source, re.S), cell.source     # fenced plain text
+        for output in cell.get("outputs", []):
+            assert output.output_type in ("stream", "error") and output.get("ename", "Error").isidentifier(), output
+    gids = [c.metadata.get("nbgrader", {}).get("grade_id") for c in graded.cells if "nbgrader" in c.metadata]
+    assert len(gids) == len(set(gids)) and all(g in {a.get("nbgrader", {}).get("grade_id") for a in allowed}
+                                                 for g in gids), gids
+
+    # Rendered as the formgrader renders it (nbconvert's classic template) and as the learner's page: no live
+    # markup holds a payload (scripts, event handlers, javascript: URLs, images that would fetch).
+    from bs4 import BeautifulSoup
+    from nbconvert import HTMLExporter
+
+    pages = {"formgrader-like": HTMLExporter(template_name="classic").from_notebook_node(graded)[0],
+             "feedback": Path(xss["feedback"]).read_text(encoding="utf-8")}
+    for name, html in pages.items():
+        soup = BeautifulSoup(html, "html.parser")
+        live = [str(t)[:120] for t in soup.find_all(True) if MARK in "".join(
+            str(v) for k, v in t.attrs.items() if k.startswith("on") or k in ("src", "href", "data"))]
+        live += [s.text[:120] for s in soup.find_all("script") if MARK in s.text]
+        assert not live, f"{name}: {live[:5]}"
+
+
+def test_a_helper_process_computes_nothing_for_the_tests(path_batch):
+    got, _, said, _ = path_batch
+    for lesson in HELPED:
+        helper, direct = got[("helper", lesson)], got[("direct", lesson)]
+        assert _points(helper) <= _points(direct) < helper["max_score"], (lesson, helper["score"], direct["score"])
+        assert helper["status"] == "suspicious" and "process(es) running when its tests began" in helper["detail"], helper
+    assert got[("honest", "00_softmax_lookup")]["score"] == got[("honest", "00_softmax_lookup")]["max_score"]
+
+
+def test_notebooks_that_would_take_the_graders_memory(path_batch):
+    got, _, said, peak = path_batch
+    for who, what in (("bomb-metadata", "objects and arrays"), ("bomb-outputs", "objects and arrays")):
+        r = got[(who, "00_softmax_lookup")]
+        assert r["status"] == "invalid-notebook" and what in r["detail"] and "200,000" in r["detail"], r
+    big = got[("big", "00_softmax_lookup")]
+    assert big["status"] == "graded" and big["score"] == big["max_score"], big      # its outputs are not graded
+    assert peak < PEAK_MB, f"the grader's process peaked at {peak} MiB (bound {PEAK_MB} MiB)"
+
+
+def test_the_feedback_page_keeps_a_notebooks_widget_state_intact():
+    """nbconvert's accessibility pass adds ``alt`` to images without one; done on the page's markup only,
+    never inside a ``<script>`` (a notebook's widget state travels in one as JSON, and its strings broke)."""
+    from course.grading.feedback import accessible
+
+    state = json.dumps({"value": '<img src="a.png">'})
+    page = (f'<div><img src="b.png"></div><script type="application/vnd.jupyter.widget-state+json">{state}</script>'
+            '<img src="c.png" >')
+    done = accessible(page)
+    inside = re.search(r"<script[^>]*>(.*?)</script>", done, re.S).group(1)
+    assert inside == state and json.loads(inside) == json.loads(state), inside
+    assert done.count('alt="No description has been provided for this image"') == 2
+
+
+# -- CPU share ---------------------------------------------------------------------------------------
+
+HOG = '''
+import os, time
+_end = time.time() + 40
+for _ in range(12):
+    if os.fork() == 0:
+        while time.time() < _end:
+            pass
+        os._exit(0)
+while time.time() < _end:
+    pass
+'''
+
+
+def _autogroup() -> Path:
+    return Path("/proc/sys/kernel/sched_autogroup_enabled")
+
+
+def _cpu_why_not() -> str | None:
+    if not hasattr(os, "geteuid") or os.geteuid() != 0:
+        return "needs root (to switch autogroup off for its duration; CI runs as root)"
+    if not _autogroup().exists():
+        return "this kernel has no autogroup switch"
+    from course.grading import cpu, sandbox
+
+    if cpu.share().kind == "nice":
+        return "the grader may create no cgroup here: sandboxes are only niced (course doctor says so)"
+    ok, why = sandbox.available()
+    return None if ok else f"needs the sandbox: {why}"
+
+
+def test_a_busy_sandbox_does_not_slow_its_neighbour(tmp_path):
+    """Autogroup off (as under systemd services and in containers), a sandbox whose learner cell keeps 13
+    processes busy beside an honest one: the honest submission takes at most 2x its time beside a neighbour
+    that sleeps as long, because the grader caps each sandbox's CPU itself (course.grading.cpu)."""
+    why = _cpu_why_not()
+    if why:
+        pytest.skip(why)
+    L00 = "00_softmax_lookup"
+    alone, beside = tmp_path / "alone", tmp_path / "beside"
+    write_submission(alone, "b-honest", L00, build_submission(L00))
+    # The control: the same batch but a neighbour that sleeps as long (two sandboxes start in both).
+    write_submission(alone, "a-idle", L00, _with_cell(build_submission(L00), "import time\ntime.sleep(40)\n"))
+    write_submission(beside, "b-honest", L00, build_submission(L00))
+    write_submission(beside, "a-hog", L00, _with_cell(build_submission(L00), HOG))
+    before = _autogroup().read_text()
+    _autogroup().write_text("0\n")
+    try:
+        times = {}
+        for name, subs in (("alone", alone), ("beside", beside), ("alone again", alone)):
+            proc = subprocess.run([sys.executable, "-m", "course.commands.cli", "grade", str(subs), "--out",
+                                   str(tmp_path / f"out-{name}"), "--jobs", "2", "--timeout", "120"],
+                                  capture_output=True, text=True, timeout=900, cwd=ROOT)
+            r = results_by_key(tmp_path / f"out-{name}" / "results.json")[("b-honest", L00)]
+            assert r["score"] == r["max_score"], proc.stdout[-2000:]
+            times[name] = r["seconds"]
+    finally:
+        _autogroup().write_text(before)
+    alone_s = min(times["alone"], times["alone again"])
+    assert times["beside"] <= 2 * alone_s, times
