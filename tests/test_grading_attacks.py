@@ -818,8 +818,8 @@ _LAUNCH = """
 import os, sys
 from course.grading import sandbox
 sandbox.Limits(processes=int(sys.argv[1])).apply()      # as a judge does before it starts its sandbox
-cmd = sandbox.worker_command()                           # this process's sandbox uid, as in a judge
-os.execv(cmd[0], cmd[:-3] + [sys.executable, "-c", sys.argv[2]])
+cmd = sandbox.in_sandbox([sys.executable, "-c", sys.argv[2]])     # this process's sandbox uid, as in a judge
+os.execv(cmd[0], cmd)
 """
 _HOLD = """
 import threading, time

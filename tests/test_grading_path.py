@@ -221,6 +221,26 @@ def test_the_feedback_page_keeps_a_notebooks_widget_state_intact():
     assert done.count('alt="No description has been provided for this image"') == 2
 
 
+def test_grading_from_another_checkout_grades_with_the_package_it_imports(tmp_path):
+    """A grader run from another checkout of the course than the one its venv was installed from (the
+    lessons read from where it runs, the package from the venv): every submission used to be a grader-error
+    ("the sandbox stopped"), with advice to install bubblewrap. Its judges and sandboxes now import the very
+    package the command imports."""
+    from course.grading import sandbox
+
+    if not sandbox.available()[0]:
+        pytest.skip("needs the sandbox: " + sandbox.available()[1])
+    other = tmp_path / "another-checkout"
+    subprocess.run(["git", "clone", "-q", str(ROOT), str(other)], check=True, capture_output=True, timeout=300)
+    L00 = "00_softmax_lookup"
+    write_submission(tmp_path / "subs", "ada", L00, build_submission(L00))
+    course = str(Path(sys.executable).parent / "course")
+    proc = subprocess.run([course, "grade", str(tmp_path / "subs"), "--out", str(tmp_path / "out"), "--jobs", "1"],
+                          cwd=other, capture_output=True, text=True, timeout=900)
+    r = results_by_key(tmp_path / "out" / "results.json")[("ada", L00)]
+    assert r["status"] == "graded" and r["score"] == r["max_score"], proc.stdout[-2000:]
+
+
 # -- CPU share ---------------------------------------------------------------------------------------
 
 HOG = '''

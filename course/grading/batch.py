@@ -178,9 +178,11 @@ class BatchRun:
         t0 = time.perf_counter()
         self._grade_all()
         if self.broken_sandbox:
+            what = (sandbox.INSTALL_HINT if sandbox.bwrap() is None else
+                    "bubblewrap is installed, so the reason is the one above (`course doctor` tries the sandbox too)")
             raise SystemExit(f"course grade: {self.broken_sandbox[0]}. Submissions are untrusted code and are only run "
-                             f"in a sandbox: {sandbox.INSTALL_HINT}. Nothing was graded without it; the results so far "
-                             "are grader-error, graded again by the next run.")
+                             f"in a sandbox: {what}. Nothing was graded without it; the results so far are grader-error, "
+                             "graded again by the next run.")
         ordered = sorted(self.results.values(), key=lambda r: (r.student, r.lesson))
         if self.progress:
             n = max(1, len(self.items))

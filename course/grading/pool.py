@@ -78,7 +78,9 @@ class Judges:
     def _env(self) -> dict:
         from course.grading import sandbox
 
-        env = dict(os.environ, OMP_NUM_THREADS="1")
+        env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONSAFEPATH="1")
+        # The judges import the course package this process imports, whatever folder the command was run in.
+        env["PYTHONPATH"] = os.pathsep.join([sandbox.package_path()] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
         env.pop(sandbox.PRESTART_ENV, None)
         if self.prestart is not None:
             env[sandbox.PRESTART_ENV] = json.dumps(self.prestart)

@@ -235,6 +235,26 @@ def _read_only_paths(root: str | None = None) -> list:
     return out
 
 
+WORKER = ("-s", "-P", "-m", "course.grading.sandboxed.worker")     # after the interpreter, in worker_command()
+
+
+def in_sandbox(argv: Sequence[str], **options) -> list[str]:
+    """A command that runs ``argv`` (a program and its arguments) in the sandbox :func:`worker_command`
+    would start, with the same options: for probes and tests."""
+    cmd = worker_command(**options)
+    return cmd[:len(cmd) - 1 - len(WORKER)] + list(argv)
+
+
+def package_path() -> str:
+    """The folder that holds the ``course`` package this process imports: the grader puts it first on its
+    judges' ``PYTHONPATH`` and the judges on their workers', so every process of a batch grades with the same
+    package (a grader run from another checkout than its venv's once gave its sandboxes a package they could
+    not import: every submission a grader-error)."""
+    import course
+
+    return os.path.dirname(os.path.dirname(os.path.abspath(course.__file__)))
+
+
 def _parents(path: str) -> list[str]:
     parts = Path(path).parts
     return [str(Path(*parts[:i])) for i in range(2, len(parts))]
@@ -253,7 +273,9 @@ def worker_command(scratch: Path | None = None, *, sandbox: bool = True, zygote:
     is bound read-only at /sandbox/inbox: the lesson's data files reach the sandbox through it.
     ``uid``: the host uid it runs as when the grader is root (default: :func:`sandbox_uid`)."""
     python = sys.executable
-    worker = [python, "-I", "-m", "course.grading.sandboxed.worker"] if not sandbox else [python, "-m", "course.grading.sandboxed.worker"]
+    # -s -P: no user site, and neither the working folder nor the script's folder first on sys.path: the worker
+    # imports the course package named by PYTHONPATH (package_path()), the one this process imports.
+    worker = [python, *WORKER]
     limits = limits or Limits()
     binds = _read_only_paths(None if scratch_root is None else str(scratch_root))
     seen = [p[1] if isinstance(p, tuple) else p for p in binds]     # where each bound path appears
@@ -304,6 +326,7 @@ def worker_command(scratch: Path | None = None, *, sandbox: bool = True, zygote:
            "MPLCONFIGDIR": "/sandbox/home/.matplotlib", "NBGRADER_EXECUTION": "autograde", "COURSE_HEADLESS": "1",
            "COURSE_GRADING": "1", "PYTHONDONTWRITEBYTECODE": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
            "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_HOME": "/sandbox/home/.hf",
+           "PYTHONPATH": package_path(),
            "PYTHONHASHSEED": "0", "LANG": "C.UTF-8"}
     for k, v in env.items():
         cmd += ["--setenv", k, v]
@@ -412,8 +435,7 @@ def available() -> tuple[bool, str]:
         return False, "bubblewrap (bwrap) is not installed"
 
     try:
-        cmd = worker_command()
-        probe = cmd[:-3] + [sys.executable, "-c", "import torch, course; print('ok')"]   # the worker's 3 words
+        probe = in_sandbox([sys.executable, "-c", "import torch, course; print('ok')"])
         proc = subprocess.run(probe, capture_output=True, text=True, timeout=120)
         if proc.returncode == 0 and "ok" in proc.stdout:
             return True, "bubblewrap"

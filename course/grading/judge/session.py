@@ -224,7 +224,8 @@ class Session:
                         shutil.copy2(p, self.own_scratch / "work" / p.name)
                 env = {k: v for k, v in os.environ.items() if not k.startswith(("COURSE_METRICS",))}
                 env.update({"NBGRADER_EXECUTION": "autograde", "COURSE_HEADLESS": "1", "MPLBACKEND": "Agg",
-                            "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "PYTHONHASHSEED": "0"})
+                            "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "PYTHONHASHSEED": "0",
+                            "PYTHONPATH": sandbox.package_path()})
                 self.proc = subprocess.Popen(sandbox.worker_command(self.own_scratch, sandbox=False),
                                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                                              cwd=str(self.own_scratch / "work"), env=env, start_new_session=True,
