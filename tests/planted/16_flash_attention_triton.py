@@ -160,6 +160,38 @@ PER_HEAD_THEN_SUM = {
          "    dv = dv_h.view(B, Hkv, G, T, Dh).sum(2)\n    return dq, dk, dv")),
 }
 
+# shortcuts the rules refuse: lesson 12's chunked attention pasted in (PyTorch matrix products), NumPy in the launcher
+FORWARD_IN_PYTORCH = {"flash_attention_forward": '''
+def flash_attention_forward(q, k, v, causal=False, block_m=16, block_n=16):
+    B, H, T, Dh = q.shape
+    k, v = k.repeat_interleave(H // k.shape[1], 1), v.repeat_interleave(H // v.shape[1], 1)
+    m = q.new_full((B, H, T, 1), float("-inf"))
+    l, acc = q.new_zeros((B, H, T, 1)), torch.zeros_like(q)
+    rows = torch.arange(T)[:, None]
+    for start in range(0, T, block_n):
+        s = (q @ k[:, :, start:start + block_n].transpose(-2, -1)) / math.sqrt(Dh)
+        if causal:
+            s = s.masked_fill(torch.arange(start, min(start + block_n, T)) > rows, float("-inf"))
+        m_new = torch.maximum(m, s.amax(-1, keepdim=True))
+        p = torch.exp(s - m_new)
+        l = l * torch.exp(m - m_new) + p.sum(-1, keepdim=True)
+        acc = acc * torch.exp(m - m_new) + p @ v[:, :, start:start + block_n]
+        m = m_new
+    return acc / l, (m + l.log())[..., 0]
+'''}
+FORWARD_IN_NUMPY = {"flash_attention_forward": '''
+def flash_attention_forward(q, k, v, causal=False, block_m=16, block_n=16):
+    import numpy as np
+    B, H, T, Dh = q.shape
+    G = H // k.shape[1]
+    qn, kn, vn = np.asarray(q), np.asarray(k).repeat(G, 1), np.asarray(v).repeat(G, 1)
+    s = qn @ kn.swapaxes(-1, -2) / np.sqrt(Dh)
+    if causal:
+        s = np.where(np.tri(T, dtype=bool), s, -np.inf)
+    lse = np.log(np.exp(s - s.max(-1, keepdims=True)).sum(-1)) + s.max(-1)
+    return torch.from_numpy(np.exp(s - lse[..., None]) @ vn).float(), torch.from_numpy(lse).float()
+'''}
+
 VARIANTS = {
     "running_max_at_zero": {"replace": RUNNING_MAX_AT_ZERO, "must_fail": ["test_forward_stable"]},
     "rescale_inverted": {"replace": RESCALE_INVERTED, "must_fail": ["test_forward_matches_sdpa"]},
@@ -186,6 +218,9 @@ VARIANTS = {
     "d_missing": {"replace": D_MISSING, "must_fail": ["test_backward_matches_sdpa"]},
     "dq_stored_not_added": {"replace": DQ_STORED_NOT_ADDED, "must_fail": ["test_backward_matches_sdpa"]},
     "backward_not_causal": {"replace": BACKWARD_NOT_CAUSAL, "must_fail": ["test_flash_attention_autograd"]},
+    "forward_in_pytorch": {"replace": FORWARD_IN_PYTORCH, "must_fail": ["test_forward_matches_sdpa", "test_forward_no_full_matrix"]},
+    "forward_in_numpy": {"replace": FORWARD_IN_NUMPY, "must_fail": ["test_forward_matches_sdpa", "test_forward_no_full_matrix"]},
 }
 EXTENDED = ["causal_off_by_one", "no_scale_forward", "ragged_keys_unmasked", "one_tile_of_all_keys", "lse_wrong_row_backward",
-            "kv_head_modulo_backward", "d_missing", "dq_stored_not_added", "backward_not_causal"]
+            "kv_head_modulo_backward", "d_missing", "dq_stored_not_added", "backward_not_causal", "forward_in_pytorch",
+            "forward_in_numpy"]
