@@ -160,7 +160,8 @@ PER_HEAD_THEN_SUM = {
          "    dv = dv_h.view(B, Hkv, G, T, Dh).sum(2)\n    return dq, dk, dv")),
 }
 
-# shortcuts the rules refuse: lesson 12's chunked attention pasted in (PyTorch matrix products), NumPy in the launcher
+# a shortcut the rules refuse: lesson 12's chunked attention pasted in (PyTorch matrix products). NumPy in the launcher
+# is refused too (tests/test_flash_attention_triton.py), and `course grade` marks such a notebook suspicious.
 FORWARD_IN_PYTORCH = {"flash_attention_forward": '''
 def flash_attention_forward(q, k, v, causal=False, block_m=16, block_n=16):
     B, H, T, Dh = q.shape
@@ -179,19 +180,6 @@ def flash_attention_forward(q, k, v, causal=False, block_m=16, block_n=16):
         m = m_new
     return acc / l, (m + l.log())[..., 0]
 '''}
-FORWARD_IN_NUMPY = {"flash_attention_forward": '''
-def flash_attention_forward(q, k, v, causal=False, block_m=16, block_n=16):
-    import numpy as np
-    B, H, T, Dh = q.shape
-    G = H // k.shape[1]
-    qn, kn, vn = np.asarray(q), np.asarray(k).repeat(G, 1), np.asarray(v).repeat(G, 1)
-    s = qn @ kn.swapaxes(-1, -2) / np.sqrt(Dh)
-    if causal:
-        s = np.where(np.tri(T, dtype=bool), s, -np.inf)
-    lse = np.log(np.exp(s - s.max(-1, keepdims=True)).sum(-1)) + s.max(-1)
-    return torch.from_numpy(np.exp(s - lse[..., None]) @ vn).float(), torch.from_numpy(lse).float()
-'''}
-
 VARIANTS = {
     "running_max_at_zero": {"replace": RUNNING_MAX_AT_ZERO, "must_fail": ["test_forward_stable"]},
     "rescale_inverted": {"replace": RESCALE_INVERTED, "must_fail": ["test_forward_matches_sdpa"]},
@@ -219,8 +207,6 @@ VARIANTS = {
     "dq_stored_not_added": {"replace": DQ_STORED_NOT_ADDED, "must_fail": ["test_backward_matches_sdpa"]},
     "backward_not_causal": {"replace": BACKWARD_NOT_CAUSAL, "must_fail": ["test_flash_attention_autograd"]},
     "forward_in_pytorch": {"replace": FORWARD_IN_PYTORCH, "must_fail": ["test_forward_matches_sdpa", "test_forward_no_full_matrix"]},
-    "forward_in_numpy": {"replace": FORWARD_IN_NUMPY, "must_fail": ["test_forward_matches_sdpa", "test_forward_no_full_matrix"]},
 }
 EXTENDED = ["causal_off_by_one", "no_scale_forward", "ragged_keys_unmasked", "one_tile_of_all_keys", "lse_wrong_row_backward",
-            "kv_head_modulo_backward", "d_missing", "dq_stored_not_added", "backward_not_causal", "forward_in_pytorch",
-            "forward_in_numpy"]
+            "kv_head_modulo_backward", "d_missing", "dq_stored_not_added", "backward_not_causal", "forward_in_pytorch"]
