@@ -350,7 +350,10 @@ class _TritonWatch:
 # the interpreter's own arrays behind Triton's blocks, and Triton's softmax of one tile.
 _KERNEL_NAMES = {"numpy", "__array__", "__dlpack__", "data_ptr", "untyped_storage", "storage", "_typed_storage",
                  "tolist", "from_numpy", "frombuffer", "from_dlpack", "handle", "softmax", "__code__", "__globals__",
-                 "__module__", "setprofile", "settrace", "_getframe"}
+                 "__module__", "setprofile", "settrace", "_getframe",
+                 # names computed at run time would get around this reading
+                 "getattr", "__getattribute__", "__dict__", "vars", "globals", "locals", "eval", "exec", "compile",
+                 "__import__"}
 _KERNEL_MODULES = ("triton", "math", "torch", "builtins")     # modules a kernel may name
 
 
@@ -387,7 +390,7 @@ def _read_function(fn, problems, seen, depth=0):
         names.update(c.co_names)
     bad = sorted(names & _KERNEL_NAMES)
     if bad:
-        problems.append(f"uses .{bad[0]}" if bad[0] != "softmax" else "calls tl.softmax")
+        problems.append(f"uses the name {bad[0]!r}" if bad[0] != "softmax" else "calls tl.softmax")
     scope = dict(getattr(fn, "__globals__", {}) or {})
     for name, cell in zip(code.co_freevars, getattr(fn, "__closure__", None) or ()):
         try:

@@ -62,6 +62,14 @@ def _handle_kernel(X, OUT, R, C: tl.constexpr):
 
 
 @triton.jit
+def _getattr_kernel(X, OUT, R, C: tl.constexpr):
+    rows = tl.program_id(0) * 16 + tl.arange(0, 16)
+    x = tl.load(X + rows[:, None] * C + tl.arange(0, C)[None, :], mask=rows[:, None] < R, other=0.0)
+    raw = getattr(x, "hand" + "le")                                     # a name computed at run time
+    tl.store(OUT + rows, tl.sum(x, 1) + 0 * raw.data.sum(), mask=rows < R)
+
+
+@triton.jit
 def _softmax_kernel(X, OUT, R, C: tl.constexpr):
     rows = tl.program_id(0) * 16 + tl.arange(0, 16)
     x = tl.load(X + rows[:, None] * C + tl.arange(0, C)[None, :], mask=rows[:, None] < R, other=0.0)
@@ -122,9 +130,10 @@ def test_without_triton_mode_the_interpreter_is_refused_as_before():
 
 @pytest.mark.parametrize("launcher, message", [
     (numpy_launcher, "took its data out of PyTorch"),                     # the launcher's own NumPy
-    (lambda x: row_sums(x, _numpy_kernel), "uses .numpy"),              # NumPy inside a kernel
-    (lambda x: row_sums(x, _handle_kernel), "uses .handle"),             # the interpreter's arrays
+    (lambda x: row_sums(x, _numpy_kernel), "uses the name .numpy."),              # NumPy inside a kernel
+    (lambda x: row_sums(x, _handle_kernel), "uses the name .handle."),             # the interpreter's arrays
     (lambda x: row_sums(x, _softmax_kernel), "calls tl.softmax"),        # Triton's softmax of a tile
+    (lambda x: row_sums(x, _getattr_kernel), "uses the name .getattr."),           # a computed attribute name
     (grid_launcher, "names the module numpy"),                          # NumPy in a grid function
     (hooked_launcher, "pre-run hook"),                                   # code run by the launch, unwatched
     (matmul_launcher, "matmul"),                                         # PyTorch's matrix product
