@@ -208,5 +208,6 @@ VARIANTS = {
     "backward_not_causal": {"replace": BACKWARD_NOT_CAUSAL, "must_fail": ["test_flash_attention_autograd"]},
     "forward_in_pytorch": {"replace": FORWARD_IN_PYTORCH, "must_fail": ["test_forward_matches_sdpa", "test_forward_no_full_matrix"]},
 }
-EXTENDED = ["causal_off_by_one", "no_scale_forward", "ragged_keys_unmasked", "one_tile_of_all_keys", "lse_wrong_row_backward",
+# make test grades two of the four correct styles (the whole bank: COURSE_PLANTED=all)
+EXTENDED = ["dq_by_atomics", "per_head_dkdv_then_sum", "causal_off_by_one", "no_scale_forward", "ragged_keys_unmasked", "one_tile_of_all_keys", "lse_wrong_row_backward",
             "kv_head_modulo_backward", "d_missing", "dq_stored_not_added", "backward_not_causal", "forward_in_pytorch"]
