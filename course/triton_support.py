@@ -76,6 +76,9 @@ def setup(run):
     if not available():
         raise RuntimeError("Triton is not installed here. " + WHERE)
     need = not str(getattr(run, "device", "cpu")).startswith("cuda")
+    # float32 products in full precision on a GPU too (Triton's default there is TF32, ~1e-3): the lesson
+    # compares float32 kernels with PyTorch to 1e-5; its bfloat16 runs are unaffected.
+    os.environ.setdefault("TRITON_F32_DEFAULT", "ieee")
     if need and not interpreting():
         if "triton" in sys.modules:
             raise RuntimeError("triton was imported before the set-up cell, without its interpreter, and this "
