@@ -15,18 +15,38 @@ taken earlier (``_f = torch.softmax``), ``torch.ops.aten._softmax`` and ``getatt
 
 Both run in the learner's process, so a learner's code could switch them off; grading also reads the
 notebook for that (:func:`tampering`) and fails the test of a notebook caught trying.
+
+**Triton's interpreter** (lesson 16). A check of "your own softmax" or of a size limit also refuses a call
+whose data leaves PyTorch (:class:`OutsidePyTorch`), and that is what Triton's interpreter does: with
+``TRITON_INTERPRET=1`` a kernel runs in NumPy on the tensors' raw memory. Naming :data:`TRITON` among the
+forbidden names (``checks.forbid(fn, "softmax", ..., TRITON, ...)``) lets data move where Triton's own
+code moves it, and nowhere else:
+
+* NumPy (or a tensor's raw memory) used by a frame of Triton's installed package is Triton's work; the
+  same use by the learner's code (a kernel body that calls ``np.exp``, a launcher that calls
+  ``q.numpy()``) is refused as before;
+* ``tl.softmax`` is refused when ``"softmax"`` is forbidden (a kernel writes its own online softmax);
+* with ``limit``, no block a kernel computes (every array of Triton's interpreter: loads, products,
+  reductions) may hold more than ``limit`` values, as no PyTorch tensor may.
+
+Nothing changes for a guard without :data:`TRITON` (lessons 00 and 12).
 """
 
 from __future__ import annotations
 
 import ast
+import sys
 
 import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatch_mode_stack
 from torch.utils import _pytree as pytree
 
-__all__ = ["KERNELS", "Guard", "kernels_for", "tampering", "aliases"]
+__all__ = ["KERNELS", "TRITON", "Guard", "kernels_for", "tampering", "aliases"]
+
+# A pseudo-name: among a guard's forbidden names it lets Triton's interpreter move data (see above). Not an
+# identifier, so no attribute, import or string of a learner's code matches it by accident.
+TRITON = "<triton interpreter>"
 
 # Python-level name -> the ATen kernels behind it (the names after ``aten::``). ``_safe_softmax`` is
 # what SDPA's math path runs (a softmax that gives 0 to fully masked rows); nothing else in PyTorch's
@@ -36,8 +56,14 @@ _SDPA = ("scaled_dot_product_attention", "_scaled_dot_product_attention_math", "
          "_scaled_dot_product_cudnn_attention", "_scaled_dot_product_fused_attention_overrideable",
          "_scaled_dot_product_attention_math_for_mps", "_fused_sdp_choice", "_flash_attention_forward",
          "_efficient_attention_forward", "_cudnn_attention_forward", "_safe_softmax")
+# PyTorch's matrix products, as the dispatcher sees them (``@``, ``torch.matmul`` and ``einsum`` arrive
+# decomposed into these).
+_MATMUL = ("mm", "bmm", "matmul", "addmm", "baddbmm", "addbmm", "mv", "addmv", "dot", "vdot", "linear",
+           "_addmm_activation", "einsum", "tensordot")
 KERNELS = {
     "softmax": ("softmax", "_softmax", "_safe_softmax", "special_softmax"),
+    "matmul": _MATMUL,
+    "einsum": _MATMUL,
     "log_softmax": ("log_softmax", "_log_softmax", "special_log_softmax"),
     "scaled_dot_product_attention": _SDPA,
     "multi_head_attention_forward": _SDPA + ("_native_multi_head_attention",),
@@ -100,11 +126,23 @@ class _Kernels(TorchDispatchMode):
         out = func(*args, **(kwargs or {}))
         if g.limit is not None:
             for t in pytree.tree_leaves(out):
-                if isinstance(t, torch.Tensor) and t.numel() > g.limit:
+                if isinstance(t, torch.Tensor) and t.numel() > g.limit and not (g.triton and _by_triton()):
                     msg = _size_message(t.shape, t.numel(), f"aten::{name}", g.limit)
                     g.violations.append(msg)
                     raise AssertionError(msg)
         return out
+
+
+def _by_triton() -> bool:
+    """Whether the kernel running now was called by Triton's own code (its interpreter copies the arguments'
+    storages in and out of a launch, as bytes): the nearest frame outside PyTorch and this module is Triton's.
+    Only asked about a tensor over the size limit."""
+    frame = sys._getframe(2)
+    here = __file__
+    while frame is not None and (frame.f_code.co_filename == here or
+                                 (frame.f_globals.get("__name__", "") or "").split(".")[0] == "torch"):
+        frame = frame.f_back
+    return frame is not None and _triton_frame(frame)
 
 
 def _qualname(func) -> str:
@@ -155,7 +193,9 @@ class Guard:
         self._tasks = None
         # A check of "your own softmax" or of a size limit sees only PyTorch's operations: there the
         # learner's calls must also keep their data in PyTorch (see :class:`OutsidePyTorch`).
-        self.closed = self.limit is not None or bool(self.names & {"softmax", "log_softmax"})
+        self.triton = TRITON in self.names        # ... except where Triton's interpreter moves it
+        self.closed = self.limit is not None or bool(self.names & {"softmax", "log_softmax"}) or self.triton
+        self._triton_watch = None
 
     def refuse(self, what: str):
         msg = f"your code called {what}: this exercise asks you to {self.why}."
@@ -164,12 +204,18 @@ class Guard:
 
     def __enter__(self):
         self._tasks = tasks_created()
+        if self.triton:
+            self._triton_watch = _TritonWatch(self)
+            self._triton_watch.start()
         for mode in self._modes:
             mode.__enter__()
         return self
 
     def __exit__(self, *exc):
         functions, kernels = self._modes
+        if self._triton_watch is not None:
+            self._triton_watch.stop()
+            self._triton_watch = None
         if self._tasks is not None and tasks_created() != self._tasks:
             self.violations.append("your code started a thread or a process while the check of forbidden calls was "
                                    "on: the check watches the thread that calls your function, so the exercise's "
@@ -191,11 +237,203 @@ class Guard:
         return False
 
 
+def _triton_dir() -> str | None:
+    """The folder of the installed ``triton`` package (with a trailing separator), found without importing
+    it; None where it is not installed."""
+    import importlib.util
+    import os
+
+    module = sys.modules.get("triton")
+    origin = getattr(module, "__file__", None)
+    if origin is None:
+        try:
+            spec = importlib.util.find_spec("triton")
+        except (ImportError, ValueError):
+            spec = None
+        origin = getattr(spec, "origin", None)
+    return os.path.join(os.path.dirname(origin), "") if origin else None
+
+
+def _triton_frame(frame) -> bool:
+    """Whether ``frame`` runs code of Triton's installed package (its interpreter, its language)."""
+    folder = _TRITON_DIR[0] if _TRITON_DIR else None
+    return bool(folder) and frame.f_code.co_filename.startswith(folder)
+
+
+_TRITON_DIR: list = []          # filled by _TritonWatch.start: [folder or None]
+
+
+class _TritonWatch:
+    """While a :data:`TRITON` guard is on: every array Triton's interpreter makes (a ``TensorHandle``) is
+    measured against the guard's ``limit``, as the dispatcher measures PyTorch's tensors. Triton is
+    imported here, before PyTorch's modes are entered, if the learner's code has not imported it yet."""
+
+    def __init__(self, guard):
+        self.guard = guard
+        self.saved = None
+        self.launch = None
+
+    def start(self):
+        if not _TRITON_DIR:
+            _TRITON_DIR.append(_triton_dir())
+        if _TRITON_DIR[0] is None:
+            return
+        try:
+            from triton.runtime import interpreter
+        except Exception:  # noqa: BLE001 - no Triton here (macOS): the learner's code cannot launch a kernel either
+            return
+        guard = self.guard
+        executor = interpreter.GridExecutor
+        launch = executor.__dict__["__call__"]
+
+        def watched_launch(self_, *args, _launch=launch, **kwargs):
+            # A launch runs the kernel's Python code millions of times (one NumPy operation per Triton one):
+            # under the profile hook of OutsidePyTorch that costs 5x. So what a launch runs of the learner's
+            # is read instead (the kernel, the @jit functions it calls, a grid function), and the hook is
+            # paused for the launch: every name they use must be Triton's, numbers, tensors or math.
+            problems = _launch_problems(self_)
+            if problems:
+                msg = (f"your kernel {problems[0]}: inside a kernel, compute with Triton (tl.*) only; NumPy, a "
+                       f"tensor's raw data and tl.softmax are not the kernel's work. This exercise asks you to {guard.why}.")
+                guard.violations.append(msg)
+                raise AssertionError(msg)
+            hook = sys.getprofile()
+            paused = isinstance(hook, OutsidePyTorch) and hook.guard is guard
+            if paused:
+                sys.setprofile(None)
+            try:
+                return _launch(self_, *args, **kwargs)
+            finally:
+                if paused:
+                    sys.setprofile(hook)
+
+        executor.__call__ = watched_launch
+        self.launch = (executor, launch)
+        if self.guard.limit is None:
+            return
+        handle = interpreter.TensorHandle
+        original = handle.__dict__.get("__post_init__")
+        guard, limit = self.guard, self.guard.limit
+
+        def measured(self_, _original=original):
+            if _original is not None:
+                _original(self_)
+            size = getattr(getattr(self_, "data", None), "size", 0)
+            if isinstance(size, int) and size > limit:
+                shape = tuple(getattr(self_.data, "shape", ()))
+                msg = (f"your kernel built a block of shape {shape} ({size} values): that is as large as the whole "
+                       f"T x T matrix of scores (the test allows at most {limit}). A kernel works on tiles of "
+                       "block_m x block_n scores; only the running max, sum and output (block_m rows each) survive "
+                       f"from one key tile to the next. This exercise asks you to {guard.why}.")
+                guard.violations.append(msg)
+                raise AssertionError(msg)
+
+        handle.__post_init__ = measured
+        self.saved = (handle, original)
+
+    def stop(self):
+        if self.launch is not None:
+            executor, launch = self.launch
+            executor.__call__ = launch
+            self.launch = None
+        if self.saved is None:
+            return
+        handle, original = self.saved
+        if original is None:
+            del handle.__post_init__
+        else:
+            handle.__post_init__ = original
+        self.saved = None
+
+
+# Names a kernel (or a grid function) of the learner may not use: the ways out of a tensor and into NumPy,
+# the interpreter's own arrays behind Triton's blocks, and Triton's softmax of one tile.
+_KERNEL_NAMES = {"numpy", "__array__", "__dlpack__", "data_ptr", "untyped_storage", "storage", "_typed_storage",
+                 "tolist", "from_numpy", "frombuffer", "from_dlpack", "handle", "softmax", "__code__", "__globals__",
+                 "__module__", "setprofile", "settrace", "_getframe",
+                 # names computed at run time would get around this reading
+                 "getattr", "__getattribute__", "__dict__", "vars", "globals", "locals", "eval", "exec", "compile",
+                 "__import__"}
+_KERNEL_MODULES = ("triton", "math", "torch", "builtins")     # modules a kernel may name
+
+
+def _codes(code):
+    yield code
+    for const in code.co_consts:
+        if hasattr(const, "co_names"):
+            yield from _codes(const)
+
+
+def _launch_problems(executor) -> list[str]:
+    """What a Triton launch would run of the learner's that reaches outside Triton: the kernel, the
+    ``@triton.jit`` functions it names, the grid function, pre-run hooks (read, not run)."""
+    problems: list[str] = []
+    if getattr(executor, "pre_run_hooks", None):
+        problems.append("has a pre-run hook (a function of yours that the launch runs unwatched)")
+    seen: set = set()
+    _read_function(executor.fn, problems, seen)
+    if callable(executor.grid):
+        _read_function(executor.grid, problems, seen)
+    return problems
+
+
+def _read_function(fn, problems, seen, depth=0):
+    import builtins
+
+    fn = getattr(fn, "fn", fn)                     # a JITFunction / InterpretedFunction: its Python function
+    code = getattr(fn, "__code__", None)
+    if code is None or id(code) in seen or depth > 20 or _triton_file(code.co_filename):
+        return
+    seen.add(id(code))
+    names: set[str] = set()
+    for c in _codes(code):
+        names.update(c.co_names)
+    bad = sorted(names & _KERNEL_NAMES)
+    if bad:
+        problems.append(f"uses the name {bad[0]!r}" if bad[0] != "softmax" else "calls tl.softmax")
+    scope = dict(getattr(fn, "__globals__", {}) or {})
+    for name, cell in zip(code.co_freevars, getattr(fn, "__closure__", None) or ()):
+        try:
+            scope[name] = cell.cell_contents
+        except ValueError:
+            continue
+    for name in sorted(names | set(code.co_freevars)):
+        if name not in scope or hasattr(builtins, name) and scope[name] is getattr(builtins, name):
+            continue
+        _read_value(name, scope[name], problems, seen, depth)
+
+
+def _read_value(name, value, problems, seen, depth):
+    import types
+
+    if isinstance(value, types.ModuleType):
+        if value.__name__.split(".")[0] not in _KERNEL_MODULES:
+            problems.append(f"names the module {value.__name__} ({name})")
+        return
+    inner = getattr(value, "fn", None)                          # a @triton.jit function: read its body
+    if inner is not None and hasattr(inner, "__code__"):
+        _read_function(inner, problems, seen, depth + 1)
+        return
+    module = (getattr(value, "__module__", None) or type(value).__module__ or "").split(".")[0]
+    if module in _OUTSIDE:
+        problems.append(f"names {name}, from {module}")
+    elif callable(value) and not isinstance(value, type) and module not in ("triton", "torch", "builtins"):
+        _read_function(value, problems, seen, depth + 1)       # a function of the learner's: read it too
+
+
+def _triton_file(filename: str) -> bool:
+    folder = _TRITON_DIR[0] if _TRITON_DIR else None
+    return bool(folder) and filename.startswith(folder)
+
+
 # Libraries that compute on their own arrays, where no PyTorch mode looks, and the ways out of a tensor.
 _OUTSIDE = ("numpy", "scipy", "sklearn", "pandas", "jax", "jaxlib", "numba", "cupy", "tensorflow", "mlx")
 _LEAVING = {"Tensor.numpy", "Tensor.__array__", "Tensor.__dlpack__", "Tensor.untyped_storage", "Tensor.storage",
             "Tensor._typed_storage", "Tensor.data_ptr", "_VariableFunctionsClass.from_numpy",
             "_VariableFunctionsClass.from_dlpack", "_VariableFunctionsClass.frombuffer"}
+
+
+_TRITON_CODE, _PASSING_CODE, _LEARNER_CODE = 1, 2, 3      # who a frame's code belongs to (triton mode)
 
 
 class OutsidePyTorch:
@@ -218,10 +456,47 @@ class OutsidePyTorch:
         self.outer = frozenset(map(id, outer))
         self._keep = outer                 # (their ids stay theirs while the hook lives)
         self.seen = False
+        # under a TRITON guard: the folder of Triton's package, whose frames may move data (else None)
+        self.triton = (_TRITON_DIR[0] if _TRITON_DIR else _triton_dir()) if getattr(guard, "triton", False) else None
+        self.kinds: dict = {}
+
+    def _classify(self, code) -> int:
+        name = code.co_filename
+        if name.startswith(self.triton):
+            kind = _TRITON_CODE
+        elif name == __file__ or name.startswith(_INSTALLED):
+            kind = _PASSING_CODE
+        else:
+            kind = _LEARNER_CODE
+        self.kinds[code] = kind
+        return kind
 
     def __call__(self, frame, event, arg):
-        if self.seen:
+        if self.seen or event == "return" or event == "c_return":
             return
+        if self.triton:
+            # Under Triton's interpreter a kernel makes millions of calls: who is responsible for this one is
+            # read from each frame's code, classified once (Triton's, passing through, or the learner's).
+            kinds, code = self.kinds, frame.f_code
+            kind = kinds.get(code) or self._classify(code)
+            if kind == _TRITON_CODE:
+                if event == "call" and code.co_name == "softmax" and "softmax" in self.guard.names:
+                    self.seen = True
+                    self.guard.violations.append(
+                        f"your kernel called tl.softmax: this exercise asks you to {self.guard.why}. Each key tile "
+                        "updates the running max and sum (an online softmax); a softmax of one tile is not the "
+                        "softmax of the row.")
+                return
+            if kind == _PASSING_CODE or event == "call":
+                # NumPy, PyTorch or the standard library at work: for whom? (a call: who called it)
+                up = frame.f_back if kind == _LEARNER_CODE else frame
+                while up is not None:
+                    k = kinds.get(up.f_code) or self._classify(up.f_code)
+                    if k != _PASSING_CODE:
+                        break
+                    up = up.f_back
+                if up is not None and k == _TRITON_CODE:
+                    return
         what = None
         if event == "c_call":
             qual, module = getattr(arg, "__qualname__", "") or "", getattr(arg, "__module__", None) or ""
@@ -232,12 +507,28 @@ class OutsidePyTorch:
             module = frame.f_globals.get("__name__", "") or ""
             if module.split(".")[0] in _OUTSIDE:
                 what = f"{module}.{frame.f_code.co_name}"
+        if what and self.triton and _moved_by_triton(frame, event):
+            return
         if what and not _installed_module_loading(frame, self.outer):
             self.seen = True
             self.guard.violations.append(
                 f"your code took its data out of PyTorch ({what}) inside a checked call: the check sees only "
                 f"PyTorch's operations, so this exercise's functions compute with them (not NumPy or SciPy). "
                 f"This exercise asks you to {self.guard.why}.")
+
+
+def _moved_by_triton(frame, event) -> bool:
+    """Whether Triton's own code is what reaches NumPy or a tensor's memory here: the nearest frame outside
+    NumPy, PyTorch and this module's modes (the caller, for a call into one of them) belongs to Triton's package. A learner's
+    kernel body runs below Triton's interpreter too, but its own frame is the nearest one when it calls NumPy."""
+    start = frame if event == "c_call" else frame.f_back
+    while start is not None and (start.f_code.co_filename == __file__ or
+                                 (start.f_globals.get("__name__", "") or "").split(".")[0] in _PASSING):
+        start = start.f_back
+    return start is not None and _triton_frame(start)
+
+
+_PASSING = _OUTSIDE + ("torch",)     # what stands between Triton's code and the data: NumPy, PyTorch's wrappers
 
 
 def _installed_prefixes() -> tuple[str, ...]:
@@ -455,4 +746,12 @@ def integrity_pieces() -> dict:
             "course.forbidden.OutsidePyTorch.__call__": OutsidePyTorch.__dict__.get("__call__"),
             "course.forbidden.other_threads": globals().get("other_threads"),
             "course.forbidden.tasks_created": globals().get("tasks_created"),
-            "course.forbidden.integrity_pieces": globals().get("integrity_pieces")}
+            "course.forbidden.integrity_pieces": globals().get("integrity_pieces"),
+            # lesson 16's Triton mode: what reads a launch's kernel and measures the interpreter's arrays
+            "course.forbidden._TritonWatch.start": _TritonWatch.__dict__.get("start"),
+            "course.forbidden._TritonWatch.stop": _TritonWatch.__dict__.get("stop"),
+            "course.forbidden._launch_problems": globals().get("_launch_problems"),
+            "course.forbidden._read_function": globals().get("_read_function"),
+            "course.forbidden._by_triton": globals().get("_by_triton"),
+            "course.forbidden._moved_by_triton": globals().get("_moved_by_triton"),
+            "course.forbidden._triton_frame": globals().get("_triton_frame")}

@@ -309,6 +309,13 @@ def doctor(json_out: Path | None = None) -> int:
         print(f"{dist:<15} {v}")
         if v == "NOT INSTALLED":
             problems.append(f"{dist} is missing: run `make setup`")
+    from course import triton_support
+
+    version, how = triton_support.status()
+    versions["triton"] = version or "NOT INSTALLED"
+    print(f"{'triton':<15} {version + ': ' + how if version else how}")
+    if version is None and triton_support.SUPPORTED:
+        problems.append("triton is missing (lesson 16's kernels): run `make setup`")
     info = hardware()
     _print_hardware(info)
     try:

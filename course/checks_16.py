@@ -1,0 +1,154 @@
+"""Test helpers for lesson 16 (FlashAttention in Triton), shared by its test cells.
+
+Nothing here computes a graded answer. The oracles are PyTorch's: ``F.scaled_dot_product_attention``
+in float64 (its gradients by autograd) and ``torch.logsumexp`` of the explicit scores, each grouped-query
+head reading its key/value head through ``repeat_interleave``.
+
+Every call into the learner's functions goes through :func:`checks.forbid` with :data:`SHORTCUTS` and
+:data:`course.forbidden.TRITON`: PyTorch's fused attention, softmax and matrix products are refused
+(the kernels compute with ``tl.dot``), the data may leave PyTorch only where Triton's interpreter moves
+it, and with ``limit`` no PyTorch tensor and no block of a kernel may be as large as the matrix of
+scores. NumPy's floating-point warnings are silenced around the call (Triton's interpreter computes in
+NumPy; ``exp`` of a huge masked score warns "overflow" on stderr, and a correct kernel must never lose
+a point to that).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import warnings
+
+import torch
+import torch.nn.functional as F
+
+from course import checks
+from course.forbidden import TRITON
+
+__all__ = ["SHORTCUTS", "WHY", "random_qkv", "reference", "reference_grads", "forward", "backward",
+           "attention", "gradients", "poison_rows", "not_implemented"]
+
+SHORTCUTS = ("scaled_dot_product_attention", "multi_head_attention_forward", "softmax", "log_softmax",
+             "matmul", "einsum")
+WHY = ("compute attention in your Triton kernels (score tiles with tl.dot, an online softmax), not with "
+       "PyTorch's fused attention, softmax or matrix products")
+
+
+@contextlib.contextmanager
+def _quiet_numpy():
+    """No floating-point warning from NumPy (Triton's interpreter) reaches stderr while the block runs."""
+    try:
+        import numpy as np
+    except ImportError:  # pragma: no cover
+        yield
+        return
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        yield
+
+
+def not_implemented(exc: BaseException) -> bool:
+    """Whether ``exc`` is (or wraps, as Triton's interpreter does) a ``NotImplementedError``."""
+    return isinstance(exc, NotImplementedError) or "NotImplementedError" in f"{type(exc).__name__}: {exc}"
+
+
+def _run(fn, args, kwargs, what: str, limit):
+    """``fn(*args, **kwargs)`` under the lesson's forbidden-call check; errors in the learner's terms."""
+    with _quiet_numpy(), checks.forbid(fn, *SHORTCUTS, TRITON, why=WHY, limit=limit):
+        try:
+            return fn(*args, **kwargs)
+        except AssertionError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - turned into a sentence about the learner's function
+            if not_implemented(exc):
+                raise AssertionError(f"{what} is not implemented yet: replace the `raise NotImplementedError(...)` "
+                                     "lines (in the function and in its kernels) with your code.") from None
+            text = str(exc).strip().splitlines()[-1][:400] if str(exc).strip() else ""
+            raise AssertionError(f"{what} raised {type(exc).__name__}: {text}") from None
+
+
+def random_qkv(B, H, Hkv, T, Dh, *, seed=0, scale=1.0, dtype=torch.float32):
+    """Seeded ``q (B, H, T, Dh)``, ``k, v (B, Hkv, T, Dh)`` and an upstream gradient ``dout (B, H, T, Dh)``;
+    ``scale`` multiplies q."""
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(B, H, T, Dh, generator=g, dtype=dtype) * scale
+    k = torch.randn(B, Hkv, T, Dh, generator=g, dtype=dtype)
+    v = torch.randn(B, Hkv, T, Dh, generator=g, dtype=dtype)
+    dout = torch.randn(B, H, T, Dh, generator=g, dtype=dtype)
+    return q, k, v, dout
+
+
+def _grouped(q, k, v):
+    group = q.shape[1] // k.shape[1]
+    return k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+
+
+def reference(q, k, v, causal=False):
+    """``(out, lse)`` in float64: SDPA's output and the natural log-sum-exp of each row's scaled scores."""
+    q, k, v = (x.double() for x in (q, k, v))
+    kk, vv = _grouped(q, k, v)
+    out = F.scaled_dot_product_attention(q, kk, vv, is_causal=causal)
+    scores = (q @ kk.transpose(-2, -1)) / math.sqrt(q.shape[-1])         # (B, H, T, Dh) x (B, H, Dh, T) -> (B, H, T, T)
+    if causal:
+        T = q.shape[-2]
+        scores = scores.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf"))
+    return out, torch.logsumexp(scores, dim=-1)
+
+
+def reference_grads(q, k, v, dout, causal=False):
+    """``(dq, dk, dv)`` in float64: autograd through SDPA of the gradient ``dout`` of the output."""
+    q, k, v = (x.detach().double().requires_grad_(True) for x in (q, k, v))
+    kk, vv = _grouped(q, k, v)
+    out = F.scaled_dot_product_attention(q, kk, vv, is_causal=causal)
+    return torch.autograd.grad(out, (q, k, v), dout.double())
+
+
+def forward(fn, q, k, v, causal=False, block_m=16, block_n=16, *, limit=None):
+    """The learner's ``flash_attention_forward``: returns ``(out, lse)``, checked to be two tensors."""
+    what = f"flash_attention_forward(causal={causal}, block_m={block_m}, block_n={block_n})"
+    res = _run(fn, (q, k, v), dict(causal=causal, block_m=block_m, block_n=block_n), what, limit)
+    checks.check(isinstance(res, (tuple, list)) and len(res) == 2,
+                 f"{what} should return a pair (out, lse), but it returned {type(res).__name__}.")
+    out, lse = res
+    checks.check_shape(out, tuple(q.shape), f"the output of {what}")
+    checks.check_shape(lse, tuple(q.shape[:3]), f"the log-sum-exp of {what}")
+    return out, lse
+
+
+def backward(fn, q, k, v, out, lse, dout, causal=False, block_m=16, block_n=16, *, limit=None):
+    """The learner's ``flash_attention_backward``: returns ``(dq, dk, dv)`` with the inputs' shapes."""
+    what = f"flash_attention_backward(causal={causal}, block_m={block_m}, block_n={block_n})"
+    res = _run(fn, (q, k, v, out.float(), lse.float(), dout),
+               dict(causal=causal, block_m=block_m, block_n=block_n), what, limit)
+    checks.check(isinstance(res, (tuple, list)) and len(res) == 3,
+                 f"{what} should return (dq, dk, dv), but it returned {type(res).__name__}.")
+    for name, got, like in zip(("dq", "dk", "dv"), res, (q, k, v)):
+        checks.check_shape(got, tuple(like.shape), f"{name} from {what}")
+    return tuple(res)
+
+
+def attention(fn, q, k, v, causal=False, block_m=16, block_n=16, *, limit=None):
+    """The learner's ``flash_attention`` (its output)."""
+    what = f"flash_attention(causal={causal}, block_m={block_m}, block_n={block_n})"
+    out = _run(fn, (q, k, v), dict(causal=causal, block_m=block_m, block_n=block_n), what, limit)
+    checks.check_shape(out, tuple(q.shape), f"the output of {what}")
+    return out
+
+
+def gradients(fn, q, k, v, dout, causal=False, block_m=16, block_n=16, *, limit=None):
+    """``attention_gradients`` of the notebook: (dq, dk, dv) by autograd through the learner's Function."""
+    what = f"autograd through flash_attention(causal={causal}, block_m={block_m}, block_n={block_n})"
+    res = _run(fn, (q, k, v, dout), dict(causal=causal, block_m=block_m, block_n=block_n), what, limit)
+    checks.check(isinstance(res, (tuple, list)) and len(res) == 3, f"{what} should give (dq, dk, dv).")
+    for name, got, like in zip(("dq", "dk", "dv"), res, (q, k, v)):
+        checks.check(got is not None, f"{what}: {name} is None; FlashAttention.backward must return a gradient "
+                                      "for q, k and v (and None for causal, block_m and block_n).")
+        checks.check_shape(got, tuple(like.shape), f"{name} from {what}")
+    return tuple(res)
+
+
+def poison_rows(x, start, stop, value=float("nan")):
+    """A copy of ``x (B, H, T, ...)`` whose positions ``start:stop`` along T hold ``value``."""
+    x = x.clone()
+    x[:, :, start:stop] = value
+    return x
