@@ -773,3 +773,21 @@ def test_a_partial_grade_for_the_tests_of_tests_is_never_kept_for_a_full_one(tmp
     assert not grading._needs_judge(partial, folder, "00_softmax_lookup", "v1" + grading._only_suffix(["test_a"]))
     assert grading._needs_judge(partial, folder, "00_softmax_lookup", "v1")
     assert not grading._needs_judge({"sha256": digest, "status": "graded"}, folder, "00_softmax_lookup", "v1")
+
+
+def test_the_protocols_own_tensors_do_not_count_against_a_size_limit(tmp_path, judge_scratch):
+    """The check of forbidden calls with a size limit (lesson 12's "no T x T matrix", lesson 16's) measures the
+    learner's tensors, not the grader's own: an input larger than the limit sent into the call, and the byte
+    view that encodes an answer, once failed a correct function (found writing lesson 16). A function that
+    makes a tensor over the limit itself still fails."""
+    test = ("from course import checks\n"
+            "x = torch.arange(4000.0)\n"
+            "with checks.forbid(f, 'softmax', why='keep every tensor small', limit=1000):\n"
+            "    out = f(x)\n"
+            "assert out.shape == (10,) and out.tolist() == list(range(10)), out\n")
+    source, sub = _lesson(tmp_path, "def f(x):\n    return x[:10].clone()", test)
+    (cell,) = _judge(judge_scratch, source, sub)["cells"]
+    assert cell["passed"], cell["message"]
+    source, sub = _lesson(tmp_path, "def f(x):\n    return (x * 2)[:10]", test)        # 4000 new elements
+    (cell,) = _judge(judge_scratch, source, sub)["cells"]
+    assert not cell["passed"] and "1000" in cell["message"], cell["message"]

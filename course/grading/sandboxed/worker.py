@@ -384,12 +384,14 @@ class Worker:
         # _PRISTINE, changes nothing here; unforbid reports the replaced pieces.
         forbid, unforbid, handle, integrity = Worker.forbid, Worker.unforbid, Worker.handle, Worker._integrity
         watch, watches = Worker.watch, []     # inside a seeing block: each call's inputs, until the block ends
+        self._plain = plain = ops.pieces()[1]          # taken before any learner's code runs
         snapshot = tuple((_PRISTINE or Worker._integrity()).items())
         self._held = (dict(snapshot), integrity, {k: getattr(v, "__code__", None) for k, v in snapshot})
         self.send({"ok": True, "value": "ready"})
         while True:
             try:
-                req = wire.decode_request(wire.recv(self.rfd))
+                with plain():             # the protocol's own tensors are not the learner's: no mode sees them
+                    req = wire.decode_request(wire.recv(self.rfd))
             except wire.WireError:
                 return
             if isinstance(req, dict) and req.get("op") == WorkerOp.TEST_BEGIN:
@@ -467,7 +469,10 @@ class Worker:
     def send(self, reply):
         wire = self.wire
         try:
-            payload = wire.encode_data(reply, self.handle_of)
+            # Encoding makes byte views of the answer's tensors: the grader's work, which neither the check of
+            # forbidden calls (its size limit) nor a learner's tensor subclass or mode may see.
+            with (getattr(self, "_plain", None) or ops.pieces()[1])():
+                payload = wire.encode_data(reply, self.handle_of)
         except BaseException as exc:  # noqa: BLE001 - e.g. a value that cannot be sent
             payload = wire.encode_data({"ok": False, "error": {"type": type(exc).__name__,
                                                                 "message": f"the answer could not be sent: {exc}"[:500]}},
