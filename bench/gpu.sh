@@ -5,7 +5,8 @@
 #
 # Steps, each timed and logged; a failing step is recorded and the next one still runs:
 #   doctor             course doctor (GPU, SDPA backends, bf16 matmul TFLOP/s vs the card's peak)
-#   lessons            course run --profile full --device cuda, every lesson (per-lesson times, metrics)
+#   lessons            course run --profile full --device cuda, one lesson at a time (a step each, named
+#                      lesson:<id>, never two sharing the GPU); lessons/report.json gathers them as they end
 #   attention_scaling  bench/attention_scaling.py --device cuda --json OUT/attention_scaling.json
 #   gpt, bert, vit     bench/{gpt,bert,vit}.py --device cuda --json OUT/<name>.json (vs transformers)
 # then bench/report.py writes OUT/report.md and OUT/report.json (and prints the markdown).
@@ -17,7 +18,12 @@
 #   --profile P        the lessons' profile (default: full; smoke with --quick)
 #   --lessons "A B"    only these lessons (ids or prefixes; default: all)
 #   --steps "S T"      only these steps (default: doctor lessons attention_scaling gpt bert vit)
-#   --step-timeout S   seconds one step may take (default 1800, the lessons step 4x; 0: no limit)
+#   --step-timeout S   seconds one step may take (default 1800; 0: no limit)
+#   --budget S         seconds for the whole run (default: none): a step starts only with time left, and
+#                      gets at most what is left; the others are recorded as skipped. For a lent GPU with a
+#                      few minutes: e.g. --budget 540 --lessons "06 08" --steps lessons
+#
+# Stopped (Ctrl-C, SIGTERM, a time limit outside), it ends the running step and still writes the report.
 #
 # Exit status: 0 every step passed; 1 a step failed (see the report); 2 no GPU (without --allow-cpu)
 # or bad usage. Runs from any folder; OUT may be relative to the folder you run it from.
@@ -31,6 +37,7 @@ PROFILE=""
 LESSONS=""
 STEPS="doctor lessons attention_scaling gpt bert vit"
 STEP_TIMEOUT=1800
+BUDGET=0
 OUT=""
 
 usage() { awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "${BASH_SOURCE[0]}"; }
@@ -42,6 +49,7 @@ while [ $# -gt 0 ]; do
     --lessons) LESSONS="${2:?--lessons needs a value}"; shift ;;
     --steps) STEPS="${2:?--steps needs a value}"; shift ;;
     --step-timeout) STEP_TIMEOUT="${2:?--step-timeout needs a value}"; shift ;;
+    --budget) BUDGET="${2:?--budget needs a value}"; shift ;;
     -h|--help) usage; exit 0 ;;
     -*) echo "bench/gpu.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
     *) [ -z "$OUT" ] || { echo "bench/gpu.sh: one output folder only (got $OUT and $1)" >&2; exit 2; }; OUT="$1" ;;
@@ -84,18 +92,32 @@ STEPS_FILE="$OUT/steps.jsonl"
 FAILED=0
 
 # run_step NAME COMMAND...: time it, log its output, record {name, status, rc, seconds, log, command}.
+# Runs in the background so that a signal reaches the trap below at once.
+CHILD=""
+CURRENT=""
 run_step() {
   local name="$1"; shift
-  local log="$OUT/logs/$name.log" status rc start end limit="$STEP_TIMEOUT"
-  # every lesson in one step (course run writes its report at the end): four steps' worth of time
-  [ "$name" = lessons ] && limit=$((STEP_TIMEOUT * 4))
-  echo "== $name: $*"
-  start=$(date +%s.%N)
-  if [ "$limit" != 0 ] && command -v timeout >/dev/null; then
-    (cd "$ROOT" && timeout --kill-after=30 "$limit" "$@") > "$log" 2>&1; rc=$?
-  else
-    (cd "$ROOT" && "$@") > "$log" 2>&1; rc=$?
+  local log="$OUT/logs/${name//:/-}.log" status rc start end limit="$STEP_TIMEOUT" left
+  if [ "$BUDGET" != 0 ]; then
+    left=$(awk "BEGIN {printf \"%d\", $BUDGET - ($(date +%s.%N) - $T0)}")
+    if [ "$left" -le 10 ]; then
+      echo "== $name: skipped (the --budget of $BUDGET s is spent)"
+      now=$(date +%s.%N); record "$name" skipped 0 "$now" "$now" "" "$*"
+      return
+    fi
+    if [ "$limit" = 0 ] || [ "$left" -lt "$limit" ]; then limit=$left; fi
   fi
+  echo "== $name: $*"
+  CURRENT="$name"; STEP_START=$(date +%s.%N); STEP_LOG="$log"; STEP_CMD="$*"
+  start=$STEP_START
+  if [ "$limit" != 0 ] && command -v timeout >/dev/null; then
+    (cd "$ROOT" && exec timeout --kill-after=30 "$limit" "$@") > "$log" 2>&1 &
+  else
+    (cd "$ROOT" && exec "$@") > "$log" 2>&1 &
+  fi
+  CHILD=$!
+  wait "$CHILD"; rc=$?
+  CHILD=""; CURRENT=""
   end=$(date +%s.%N)
   case "$rc" in
     0) status=passed ;;
@@ -108,6 +130,43 @@ run_step() {
   record "$name" "$status" "$rc" "$start" "$end" "$log" "$*"
   echo "   $status (exit $rc) in $(awk "BEGIN {printf \"%.1f\", $end - $start}") s; log: $log"
   case "$status" in passed|problems) ;; *) tail -n 5 "$log" | sed "s/^/   | /" ;; esac
+}
+
+# lessons/report.json: every lesson's own course run report so far, gathered (the report reads this one).
+gather_lessons() {
+  "$PY" - "$OUT/lessons" <<'EOF' || true
+import json, sys
+from pathlib import Path
+root = Path(sys.argv[1])
+reports = [json.loads(p.read_text()) for p in sorted(root.glob("*/report.json"))]
+if reports:
+    merged = dict(reports[0])
+    merged["lessons"] = [l for r in reports for l in r.get("lessons", [])]
+    merged["all_passed"] = all(r.get("all_passed") for r in reports)
+    merged["total_seconds"] = round(sum(r.get("total_seconds", 0) for r in reports), 1)
+    (root / "report.json").write_text(json.dumps(merged, indent=2) + "\n")
+EOF
+}
+
+write_report() {
+  local t1
+  t1=$(date +%s.%N)
+  (cd "$ROOT" && "$PY" "$ROOT/bench/report.py" "$OUT" --device "$DEVICE" --profile "$PROFILE" --quick "$QUICK" \
+     --seconds "$(awk "BEGIN {print $t1 - $T0}")") || { echo "bench/gpu.sh: writing the report failed" >&2; return 1; }
+  echo "Report: $OUT/report.md and $OUT/report.json"
+}
+
+stopped() {
+  trap - INT TERM
+  echo "bench/gpu.sh: stopped; ending ${CURRENT:-nothing} and writing the report"
+  if [ -n "$CHILD" ]; then
+    pkill -TERM -P "$CHILD" 2>/dev/null; kill -TERM "$CHILD" 2>/dev/null; sleep 2; pkill -KILL -P "$CHILD" 2>/dev/null
+    wait "$CHILD" 2>/dev/null
+    record "$CURRENT" stopped 130 "$STEP_START" "$(date +%s.%N)" "$STEP_LOG" "$STEP_CMD"
+  fi
+  gather_lessons
+  write_report
+  exit 3
 }
 
 record() {   # name status rc start end log command
@@ -123,9 +182,15 @@ want() { case " $STEPS " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
 
 echo "GPU checklist: device=$DEVICE${GPU_NAME:+ ($GPU_NAME)} profile=$PROFILE quick=$QUICK out=$OUT"
 T0=$(date +%s.%N)
+trap stopped INT TERM
 want doctor && run_step doctor "$PY" -m course.commands.doctor --json "$OUT/doctor.json"
-# shellcheck disable=SC2086 # LESSONS is a list of ids
-want lessons && run_step lessons "${COURSE[@]}" run $LESSONS --profile "$PROFILE" --device "$DEVICE" --out "$OUT/lessons"
+if want lessons; then
+  # shellcheck disable=SC2086 # LESSONS is a list of ids
+  for id in $(cd "$ROOT" && "$PY" -c 'import sys; from course.commands.lessons import resolve; print(" ".join(l.id for l in resolve(sys.argv[1:] or None)))' $LESSONS); do
+    run_step "lesson:$id" "${COURSE[@]}" run "$id" --profile "$PROFILE" --device "$DEVICE" --out "$OUT/lessons/$id"
+    gather_lessons
+  done
+fi
 for bench in attention_scaling gpt bert vit; do
   want "$bench" || continue
   script="$BENCH_DIR/$bench.py"
@@ -148,9 +213,6 @@ for bench in attention_scaling gpt bert vit; do
     FAILED=1
   fi
 done
-T1=$(date +%s.%N)
-
-(cd "$ROOT" && "$PY" "$ROOT/bench/report.py" "$OUT" --device "$DEVICE" --profile "$PROFILE" --quick "$QUICK" \
-   --seconds "$(awk "BEGIN {print $T1 - $T0}")") || { echo "bench/gpu.sh: writing the report failed" >&2; exit 1; }
-echo "Report: $OUT/report.md and $OUT/report.json"
+trap - INT TERM
+write_report || exit 1
 exit "$FAILED"

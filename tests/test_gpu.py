@@ -235,10 +235,38 @@ def test_gpu_sh_allow_cpu_runs_doctor_and_a_lesson(tmp_path):
                    str(tmp_path / "out"), cwd=tmp_path, timeout=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     report = json.loads((tmp_path / "out" / "report.json").read_text())
-    assert [s["name"] for s in report["steps"]] == ["doctor", "lessons"]
+    assert [s["name"] for s in report["steps"]] == ["doctor", "lesson:00_softmax_lookup"]
     assert report["lessons"]["lessons"][0]["status"] == "passed"
     assert report["doctor"]["hardware"]["device"] == "cpu"
     assert report["goals"][0]["met"] is None                  # a CPU smoke run says nothing about the goal
+
+
+def test_gpu_sh_keeps_to_its_budget_and_reports_when_stopped(tmp_path):
+    """A lent GPU comes with minutes: --budget skips what would not fit, and a run stopped from outside (SIGTERM,
+    as a device's time limit does) ends its step and still writes the report."""
+    import signal
+    import time
+
+    benches = tmp_path / "benches"
+    benches.mkdir()
+    (benches / "attention_scaling.py").write_text("import time\nprint('started', flush=True)\ntime.sleep(120)\n")
+    proc = _gpu_sh("--allow-cpu", "--quick", "--budget", "5", "--steps", "attention_scaling", "spent", cwd=tmp_path,
+                   env={"GPU_SH_BENCH_DIR": str(benches)})
+    report = json.loads((tmp_path / "spent" / "report.json").read_text())
+    assert {s["name"]: s["status"] for s in report["steps"]} == {"attention_scaling": "skipped"}, proc.stdout
+    env = dict(os.environ, GPU_SH_BENCH_DIR=str(benches))
+    run = subprocess.Popen(["bash", str(GPU_SH), "--allow-cpu", "--quick", "--steps", "attention_scaling",
+                            str(tmp_path / "stopped")], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, text=True)
+    log = tmp_path / "stopped" / "logs" / "attention_scaling.log"
+    deadline = time.monotonic() + 120
+    while not (log.is_file() and "started" in log.read_text()) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    run.send_signal(signal.SIGTERM)
+    out, _ = run.communicate(timeout=120)
+    assert run.returncode == 3, out
+    report = json.loads((tmp_path / "stopped" / "report.json").read_text())
+    assert [(s["name"], s["status"]) for s in report["steps"]] == [("attention_scaling", "stopped")], out
 
 
 # -- on a GPU ------------------------------------------------------------------------------------------
