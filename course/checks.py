@@ -156,8 +156,14 @@ def check_close(actual, expected, what: str, *, atol: float = 1e-5, rtol: float 
         )
 
 
-def check_rows_sum_to_one(weights: torch.Tensor, what: str, *, dim: int = -1, atol: float = 1e-5, allow_zero_rows: bool = False) -> None:
-    """Attention weights are a distribution along ``dim``: non-negative and summing to 1."""
+ROWS_SUM_HINT = ("Is the softmax taken over the right axis, and are masked positions removed before it (zeroing them "
+                 "after the softmax leaves the other weights summing to less than 1)?")
+
+
+def check_rows_sum_to_one(weights: torch.Tensor, what: str, *, dim: int = -1, atol: float = 1e-5, allow_zero_rows: bool = False,
+                          hint: str = ROWS_SUM_HINT) -> None:
+    """Attention weights are a distribution along ``dim``: non-negative and summing to 1. ``hint`` follows the
+    message (by default the two usual causes: the softmax's axis, a mask applied after the softmax)."""
     check_finite(weights, what)
     check(bool((weights >= -atol).all()), f"{what} has a negative entry ({weights.min().item():.4g}); weights come out of a softmax and are never negative.")
     sums = weights.sum(dim=dim)
@@ -168,7 +174,7 @@ def check_rows_sum_to_one(weights: torch.Tensor, what: str, *, dim: int = -1, at
         idx = (~ok).nonzero()[0].tolist()
         raise AssertionError(
             f"row {_fmt_index(idx)} of {what} sums to {sums[tuple(idx)].item():.4g}; every row should "
-            f"sum to 1 along dim={dim}. Is the softmax taken over the right axis?"
+            f"sum to 1 along dim={dim}. {hint}".strip()
         )
 
 

@@ -164,3 +164,11 @@ def test_bert_parameter_count_ignores_buffers_and_names_what_differs():
     with pytest.raises(AssertionError, match="weight tying") as err:
         checks_10.check_parameter_count(Ours(extra=True), hf)
     assert "decoder.weight" in str(err.value) and "position_ids" not in str(err.value)
+
+
+def test_rows_sum_message_names_a_mask_applied_after_the_softmax():
+    """Weights zeroed after the softmax sum to less than 1: the message named only the softmax's axis."""
+    scores, mask = torch.tensor([[1.0, 2.0, 3.0]]), torch.tensor([[True, True, False]])
+    weights = torch.softmax(scores, dim=-1) * mask
+    with pytest.raises(AssertionError, match="zeroing them after the softmax"):
+        checks.check_rows_sum_to_one(weights, "weights")
