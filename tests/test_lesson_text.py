@@ -94,7 +94,7 @@ def test_lesson_12_measures_both_accumulations_instead_of_claiming_one():
     in float32, as the contract allows, is not. It now measures both."""
     text = _text("12_efficient_attention")
     assert "precision is about **2×** worse" not in text
-    assert "chunked_attention(q32, k32, v32, 128).to(dt)" in text and "float32 inside" in text
+    assert "chunked_attention(q.float(), k.float(), v.float(), 128).to(dt)" in text and "float32 inside" in text
 
 
 def test_lesson_07_says_what_a_query_with_no_allowed_key_gets():
