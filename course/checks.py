@@ -25,6 +25,8 @@ __all__ = [
     "check_type",
     "check_shape",
     "check_finite",
+    "SOFTMAX_OVERFLOW",
+    "NO_ALLOWED_KEY",
     "check_close",
     "check_rows_sum_to_one",
     "check_zero_where",
@@ -33,6 +35,9 @@ __all__ = [
     "forbid",
     "set_params",
     "set_random_params",
+    "parameter_names",
+    "unregistered_hint",
+    "parameter_state",
     "check_parameters_used",
     "check_independent_layers",
     "uniform_attention_values",
@@ -55,13 +60,28 @@ def check(condition: bool, message: str) -> None:
         raise AssertionError(message)
 
 
-def call(fn: Callable, *args, what: str | None = None, **kwargs):
-    """Call the learner's ``fn``; a missing implementation becomes a readable failure."""
+def call(fn: Callable, *args, what: str | None = None, hint: str = "", **kwargs):
+    """Call the learner's ``fn``; a missing implementation, or an error its code raises, becomes a readable failure.
+
+    An error of Python's own kinds (PyTorch's shape errors are ``RuntimeError``s) is reported as a failure
+    that names the call, the error, and ``hint``: the rule of the exercise that such an error usually means
+    was broken ("transpose only the last two dimensions of k"). Other exceptions (the grader's own, such as a
+    time limit) pass through unchanged, and so does a ``NameError`` (the grader says which cell to run).
+    """
     try:
         return fn(*args, **kwargs)
     except NotImplementedError:
         name = what or getattr(fn, "__name__", "your function")     # only now: under grading, a read is a round trip
         raise AssertionError(f"{name} is not implemented yet: replace the `raise NotImplementedError(...)` line with your code.") from None
+    except (AssertionError, NameError):
+        raise
+    except Exception as exc:  # noqa: BLE001 - only Python's own error kinds are the learner's to read
+        if type(exc).__module__ != "builtins":
+            raise
+        name = what or getattr(fn, "__name__", "your function")
+        text = str(exc).strip()
+        raise AssertionError(f"{name} raised {type(exc).__name__}{': ' + text if text else ''}"
+                             f"{'' if text.endswith('.') or not text else '.'}{' ' + hint if hint else ''}") from None
 
 
 def check_type(value, kind, what: str) -> None:
@@ -76,8 +96,18 @@ def check_shape(tensor, expected: Iterable[int], what: str) -> None:
     check(got == expected, f"{what} has shape {got}; it should have shape {expected}.")
 
 
-def check_finite(tensor: torch.Tensor, what: str) -> None:
-    """No NaN or infinity anywhere; the message names the first bad position."""
+SOFTMAX_OVERFLOW = ("Large inputs overflow exp(); subtract the maximum first, and make sure no row is divided by "
+                    "zero.")
+NO_ALLOWED_KEY = ("A row with no allowed position is all -inf before the softmax, and its softmax is 0/0 = nan (with "
+                  "the dtype's minimum instead of -inf it is uniform): give such a row zero weights after the softmax "
+                  "(for example weights * mask, or masked_fill where the mask is False).")
+
+
+def check_finite(tensor: torch.Tensor, what: str, *, hint: str = SOFTMAX_OVERFLOW) -> None:
+    """No NaN or infinity anywhere; the message names the first bad position and gives ``hint``.
+
+    The default hint is about a softmax (exp() overflowing); pass the likely cause where it is another one
+    (a division by a zero norm, a row with no allowed key: :data:`NO_ALLOWED_KEY`)."""
     check_type(tensor, torch.Tensor, what)
     bad = ~torch.isfinite(tensor)
     if bad.any():
@@ -85,8 +115,7 @@ def check_finite(tensor: torch.Tensor, what: str) -> None:
         value = tensor[tuple(idx)].item()
         raise AssertionError(
             f"{what} contains {value} at position {_fmt_index(idx)} ({int(bad.sum())} non-finite "
-            "values in all). Large inputs overflow exp(); subtract the maximum first, and make "
-            "sure no row is divided by zero."
+            f"values in all). {hint}".strip()
         )
 
 
@@ -131,8 +160,14 @@ def check_close(actual, expected, what: str, *, atol: float = 1e-5, rtol: float 
         )
 
 
-def check_rows_sum_to_one(weights: torch.Tensor, what: str, *, dim: int = -1, atol: float = 1e-5, allow_zero_rows: bool = False) -> None:
-    """Attention weights are a distribution along ``dim``: non-negative and summing to 1."""
+ROWS_SUM_HINT = ("Is the softmax taken over the right axis, and are masked positions removed before it (zeroing them "
+                 "after the softmax leaves the other weights summing to less than 1)?")
+
+
+def check_rows_sum_to_one(weights: torch.Tensor, what: str, *, dim: int = -1, atol: float = 1e-5, allow_zero_rows: bool = False,
+                          hint: str = ROWS_SUM_HINT) -> None:
+    """Attention weights are a distribution along ``dim``: non-negative and summing to 1. ``hint`` follows the
+    message (by default the two usual causes: the softmax's axis, a mask applied after the softmax)."""
     check_finite(weights, what)
     check(bool((weights >= -atol).all()),
           f"{what} has a negative entry ({weights.min().item():.4g}); weights come out of a softmax and are never negative.")
@@ -144,7 +179,7 @@ def check_rows_sum_to_one(weights: torch.Tensor, what: str, *, dim: int = -1, at
         idx = (~ok).nonzero()[0].tolist()
         raise AssertionError(
             f"row {_fmt_index(idx)} of {what} sums to {sums[tuple(idx)].item():.4g}; every row should "
-            f"sum to 1 along dim={dim}. Is the softmax taken over the right axis?"
+            f"sum to 1 along dim={dim}. {hint}".strip()
         )
 
 
@@ -171,7 +206,7 @@ def check_gradients(module: torch.nn.Module, loss: torch.Tensor, what: str) -> N
     loss.backward()
     for name, p in module.named_parameters():
         check(p.grad is not None, f"parameter {name!r} of {what} received no gradient: is it used in forward?")
-        check_finite(p.grad, f"the gradient of {what}.{name}")
+        check_finite(p.grad, f"the gradient of {what}.{name}", hint="Is there a nan or an infinity in the output?")
 
 
 # -- rules that hold under grading too --------------------------------------------------------------
@@ -368,8 +403,9 @@ def set_params(module, values: dict, what: str = "your module") -> None:
               and torch.allclose(got.detach().cpu().to(v.dtype), v, atol=1e-5, rtol=1e-4),
               f"{what}.{k} (under a parametrization) does not hold the values the test gave it.")
     missing = [k for k in values if k not in state]
-    check(not missing, f"{what} has no parameter called {missing[0] if missing else ''!r}; its parameters are: "
-                       f"{', '.join(state) or 'none'}.")
+    if missing:
+        check(False, f"{what} has no parameter called {missing[0]!r}; its state_dict holds: {', '.join(state) or 'nothing'}. "
+                     + unregistered_hint(module, missing[0]))
     if not values:
         return
     for k, v in values.items():
@@ -398,6 +434,47 @@ def _parametrized(state, name: str) -> bool:
         return False
     path, leaf = name.rsplit(".", 1)
     return any(k.startswith(f"{path}.parametrizations.{leaf}.original") for k in state)
+
+
+def unregistered_hint(module, name: str) -> str:
+    """Why ``name`` (``w_q.weight``) may be missing from ``module.state_dict()`` while the module has it as an
+    attribute: a property, or another name for a layer registered elsewhere. The tests read and set parameters
+    by their ``state_dict`` names, so the docstring's names must be registered submodules and parameters."""
+    path = name.split(".")
+    owner = module
+    try:
+        for part in path[:-1] or path:
+            owner = getattr(owner, part)
+    except Exception:  # noqa: BLE001 - no such attribute: nothing more to say
+        return ""
+    shown = ".".join(path[:-1] or path)
+    return (f"It has an attribute `{shown}`, but the parameters are not registered under that name (a property, or "
+            f"another name for a layer kept elsewhere?): the names in the docstring are those of registered "
+            f"submodules and parameters, the names state_dict() shows. Assign the layer in __init__ "
+            f"(self.{shown} = nn.Linear(...)) and use it under that name.")
+
+
+def parameter_names(module, what: str = "your module") -> list[str]:
+    """The ``state_dict()`` names of ``module``'s parameters (``named_parameters``; a tied tensor under every
+    name it has, the originals of a parametrization included), buffers left out.
+
+    Tests that count, randomise or probe "every parameter" use these names: a buffer (``position_ids``, a
+    causal mask, a constant) is not a parameter the contract names, and a correct module may register any.
+    """
+    params = call(module.named_parameters, remove_duplicate=False, what=f"{what}.named_parameters")
+    try:
+        params = params if isinstance(params, list) else list(params)     # a generator in the notebook
+    except TypeError:
+        params = []
+    return [item[0] for item in params
+            if isinstance(item, (tuple, list)) and len(item) == 2 and isinstance(item[0], str)]
+
+
+def parameter_state(module, what: str = "your module") -> dict:
+    """``module.state_dict()`` restricted to its parameters (see :func:`parameter_names`): no buffers."""
+    state = call(module.state_dict, what=f"{what}.state_dict")
+    names = set(parameter_names(module, what))
+    return {k: v for k, v in state.items() if k in names}
 
 
 def has_param(state, name: str) -> bool:
@@ -439,13 +516,13 @@ def randomise_weights(module, generator: torch.Generator, what: str = "your modu
 
 def set_random_params(module, generator: torch.Generator, what: str = "your module", *,
                       endswith: Iterable[str] = ("bias",), scale: float = 0.5) -> None:
-    """Give every floating-point entry of ``module.state_dict()`` whose name ends with one of ``endswith``
+    """Give every floating-point parameter of ``module`` (buffers left alone) whose name ends with one of ``endswith``
     random values (``scale * N(0, 1)``, drawn from ``generator``), through :func:`set_params`.
 
     Fresh biases are often zero (``nn.MultiheadAttention``, ``nn.LayerNorm``): a probe run on them cannot
     tell ``f(0)`` from ``0``, so dropout in the wrong place, or a missing bias, goes unseen.
     """
-    state = call(module.state_dict, what=f"{what}.state_dict")
+    state = parameter_state(module, what)              # a buffer named `bias` (a causal mask) is not a bias
     ends = tuple(endswith)
     values = {k: scale * torch.randn(v.shape, generator=generator) for k, v in state.items()
               if v.is_floating_point() and k.endswith(ends)}
@@ -459,15 +536,16 @@ def check_independent_layers(module, stack: str, what: str, *, seed: int = 0) ->
 
     ``[layer] * n`` puts ONE layer in n places: every comparison with an oracle that copies the weights
     layer by layer still agrees, since the copies are all alike. The probe: give layer 0's floating-point
-    tensors new values (through :func:`set_params`); no other layer may change with them. The module's
+    parameters (not its buffers) new values (through :func:`set_params`); no other layer may change with them. The module's
     own values are put back afterwards.
     """
     state = call(module.state_dict, what=f"{what}.state_dict")
+    params = set(parameter_names(module, what))          # a buffer the layers share (a mask, a table) is fine
     pattern = re.compile(rf"^{re.escape(stack)}\.(\d+)\.(.+)$")
     layers: dict[int, dict[str, str]] = {}
     for key, value in state.items():
         found = pattern.match(key)
-        if found and value.is_floating_point():
+        if found and key in params and value.is_floating_point():
             layers.setdefault(int(found.group(1)), {})[found.group(2)] = key
     check(len(layers) >= 2, f"{what}.{stack} should hold several layers with parameters; its state_dict has "
                             f"{len(layers)}.")
@@ -492,7 +570,7 @@ def check_independent_layers(module, stack: str, what: str, *, seed: int = 0) ->
 
 def check_parameters_used(module, run: Callable, what: str, *, names: Iterable[str] | None = None,
                           scale: float = 0.5) -> None:
-    """Every parameter of ``module`` (or those in ``names``) changes the output of ``run(module)``.
+    """Every parameter of ``module`` (buffers left out; or those in ``names``) changes the output of ``run(module)``.
 
     Pass ``names``: the parameters the exercise's contract names. A learner may add a harmless parameter
     (a bias that a softmax cancels, an extra scale); the contract, not their design, says what must be used.
@@ -501,7 +579,8 @@ def check_parameters_used(module, run: Callable, what: str, *, names: Iterable[s
     random noise and the output must move. It needs no autograd, so it holds under grading too.
     """
     state = {k: v.clone() for k, v in call(module.state_dict, what=f"{what}.state_dict").items()}
-    floats = [k for k, v in state.items() if v.is_floating_point() and (names is None or k in set(names))]
+    wanted = set(parameter_names(module, what)) if names is None else set(names)    # buffers are not parameters
+    floats = [k for k, v in state.items() if v.is_floating_point() and k in wanted]
     check(floats, f"{what} has no parameters: its layers should be learned (nn.Linear, nn.Parameter).")
     base = torch.as_tensor(run(module)).detach().double()
     g = torch.Generator().manual_seed(1234)

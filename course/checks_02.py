@@ -27,7 +27,7 @@ __all__ = ["randomise", "fill", "ProbeAttention", "decoder", "transparent_decode
 
 def randomise(att, seed: int, scale: float = 0.5, what: str = "your AdditiveAttention") -> dict:
     """Give every parameter of the learner's ``att`` seeded random values (names as it has them); returns them."""
-    state = checks.call(att.state_dict, what=f"{what}.state_dict")
+    state = checks.parameter_state(att, what)           # parameters only: a buffer (a fill value) keeps its value
     g = torch.Generator().manual_seed(seed)
     values = {k: scale * torch.randn(v.shape, generator=g, dtype=torch.float32)
               for k, v in state.items() if v.is_floating_point()}
@@ -42,7 +42,7 @@ def fill(att, value: float, what: str = "your AdditiveAttention") -> None:
     With ``value = 0`` every additive score is v^T tanh(0) = 0, whatever the layout: the weights must
     then be uniform over the real source words.
     """
-    state = checks.call(att.state_dict, what=f"{what}.state_dict")
+    state = checks.parameter_state(att, what)           # parameters only: a buffer (a fill value) keeps its value
     values = {k: torch.full(v.shape, float(value)) for k, v in state.items() if v.is_floating_point()}
     checks.check(values, f"{what} has no parameters: W and v should be learned layers (nn.Linear).")
     checks.set_params(att, values, what)

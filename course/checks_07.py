@@ -11,14 +11,38 @@ in the learner's kernel and under the grader's judge.
 from __future__ import annotations
 
 import torch
+from torch import nn
 
 from course import checks
 
-__all__ = ["SHORTCUTS", "randomise_norms", "switch_off_sublayers", "make_block", "check_block", "check_rejects", "dropout_probe"]
+__all__ = ["SHORTCUTS", "known_good_norms", "new_block", "randomise_norms", "switch_off_sublayers", "make_block",
+           "check_block", "check_rejects", "dropout_probe"]
 
 
 SHORTCUTS = ("TransformerEncoderLayer", "to_torch_encoder_layer", "load_torch_encoder_layer")
 WHY = "wire the block yourself (self_attn, ff, norm1, norm2, the residuals) instead of running PyTorch's ready-made layer"
+
+
+def known_good_norms(block, d_model: int):
+    """Give the learner's block PyTorch's ``nn.LayerNorm(d_model)`` as ``norm1`` and ``norm2``. Returns the block.
+
+    A test of the block checks its wiring (residuals, which norm goes where, masks, dropout), one idea: a
+    mistake in the learner's own ``LayerNorm`` costs points in the LayerNorm tests, not again in every
+    block test. A block whose norms cannot be replaced (a read-only property) keeps its own.
+    """
+    for name in ("norm1", "norm2"):
+        try:
+            setattr(block, name, nn.LayerNorm(d_model))
+        except Exception:  # noqa: BLE001 - the block keeps its own norm, and is judged with it
+            pass
+    return block
+
+
+def new_block(cls, d_model, n_heads, d_ff, **kwargs):
+    """A fresh learner ``cls(d_model, n_heads, d_ff, **kwargs)`` with PyTorch's LayerNorms swapped in
+    (:func:`known_good_norms`)."""
+    block = checks.call(cls, d_model, n_heads, d_ff, **kwargs, what="EncoderBlock.__init__")
+    return known_good_norms(block, d_model)
 
 
 def randomise_norms(block, generator: torch.Generator):
@@ -48,10 +72,10 @@ def switch_off_sublayers(block):
 
 
 def make_block(cls, d_model, n_heads, d_ff, *, norm_first, generator, dropout=0.0):
-    """A fresh ``cls(d_model, n_heads, d_ff, dropout=..., norm_first=...)`` in eval mode, with random weights
-    chosen by the test (:func:`course.checks.randomise_weights`) and two different random norms."""
-    block = checks.call(cls, d_model, n_heads, d_ff, dropout=dropout, norm_first=norm_first,
-                        what="EncoderBlock.__init__").eval()
+    """A fresh ``cls(d_model, n_heads, d_ff, dropout=..., norm_first=...)`` in eval mode, PyTorch's LayerNorms
+    swapped in (:func:`known_good_norms`), with random weights chosen by the test
+    (:func:`course.checks.randomise_weights`) and two different random norms."""
+    block = new_block(cls, d_model, n_heads, d_ff, dropout=dropout, norm_first=norm_first).eval()
     checks.randomise_weights(block, generator, "your EncoderBlock")
     return randomise_norms(block, generator)
 
@@ -63,7 +87,7 @@ def check_block(cls, block, args, want, what, *, norm_first, hint=""):
     layout = ("pre-norm: x = x + attn(norm1(x)); x = x + ff(norm2(x))." if norm_first else
               "post-norm: x = norm1(x + attn(x)); x = norm2(x + ff(x)).")
     checks.check_close(out, want, what, atol=1e-5, hint=hint or (layout + " Check which norm goes with which sublayer "
-                                                                 "(and that your LayerNorm tests pass)."))
+                                                                 "(the test gives your block PyTorch's LayerNorms)."))
 
 
 def check_rejects(block, x, mask, what):
@@ -92,7 +116,7 @@ def dropout_probe(cls, d_model, n_heads, d_ff, p, site, generator):
     """A pre-norm ``cls(d_model, n_heads, d_ff, dropout=p, norm_first=True)`` in training mode, whose
     weights make ONE sublayer add the same vector at every position and silence the other, so that
     :func:`course.checks.check_dropout_inside` can see the dropout at ``site`` (a key of DROPOUT_SITES)."""
-    block = checks.call(cls, d_model, n_heads, d_ff, dropout=p, norm_first=True, what="EncoderBlock.__init__")
+    block = new_block(cls, d_model, n_heads, d_ff, dropout=p, norm_first=True)
     state = checks.call(block.state_dict, what="EncoderBlock.state_dict")
     *attn, q_k_v = checks.attention_parameters(state, "self_attn", "your EncoderBlock")
     ff = ["ff.linear1.weight", "ff.linear1.bias", "ff.linear2.weight", "ff.linear2.bias"]

@@ -77,14 +77,23 @@ class TableModel(nn.Module):
     def random(cls, seed: int, V: int = 5, L: int = 6, V_src: int = 6, spread: float = 1.5, src_spread: float = 1.0,
                pad_id: int = PAD):
         """Random scores (seeded); <pad> and <bos> are never likely outputs (score -20). ``pad_id`` (0 by default)
-        is the model's padding id: a test can pick another one, so that a decoder that assumes 0 shows."""
+        is the model's padding id: a test can pick another one, so that a decoder that assumes 0 shows. Like a
+        real model's, the target vocabulary always holds ``pad_id`` (a ``pad_id >= V`` grows it to ``pad_id + 1``
+        tokens, the new ones never likely), so a decoder may be fed padding."""
         g = torch.Generator().manual_seed(seed)
         table = spread * torch.randn(L, V, V, generator=g)
         src_table = src_spread * torch.randn(V_src, V, generator=g)
         src_table[pad_id] = 25.0 * torch.randn(V, generator=g)     # padding carries loud scores: it must be masked
+        if pad_id >= V:
+            # A real model's target vocabulary holds its padding id: a decoder may be fed padding (a fixed-width
+            # beam keeps finished rows filled with it). Grow the table to hold it, as a token never produced.
+            grown = torch.zeros(L, pad_id + 1, pad_id + 1)
+            grown[:, :V, :V] = table
+            table = grown
+            src_table = torch.cat([src_table, torch.zeros(V_src, pad_id + 1 - V)], dim=1)
+            table[..., V:] = -20.0
         table[..., PAD] = -20.0
-        if pad_id < V:                                              # a padding id inside the target vocabulary
-            table[..., pad_id] = -20.0
+        table[..., pad_id] = -20.0                                  # padding is never a likely output
         table[..., BOS] = -20.0
         return cls(table, src_table, pad_id)
 
@@ -161,7 +170,11 @@ def check_hypotheses(result, what: str, *, max_len: int, eos_id: int = EOS, beam
                      "finished and must leave the beam.")
         out.append((tokens, score))
     if beam_size is not None:
-        checks.check(len(out) <= beam_size, f"{what} returned {len(out)} hypotheses; beam_size is {beam_size}.")
+        checks.check(len(out) <= beam_size,
+                     f"{what} returned {len(out)} finished hypotheses; beam_size is {beam_size}. In section 5's bookkeeping "
+                     "a finished hypothesis leaves the beam and its place is not refilled (each step keeps the best "
+                     "beam_size - len(finished) candidates), so at most beam_size hypotheses ever finish. Keeping "
+                     "beam_size LIVE hypotheses, refilling the place of each one that finishes, is another search.")
     scores = [s for _, s in out]
     checks.check(all(a >= b - 1e-9 for a, b in zip(scores, scores[1:])),
                  f"{what} should be sorted best first (highest score first); the scores are {[round(s, 4) for s in scores]}.")

@@ -23,7 +23,7 @@ def randomise(module, generator: torch.Generator, what: str, scale: float = 0.3)
     """Give every floating-point parameter of the learner's ``module`` random values (LayerNorm gains
     around 1), through ``set_params``. A head tied to ``tok_emb`` gets the embedding's values.
     Returns the module."""
-    state = checks.call(module.state_dict, what=f"{what}.state_dict")
+    state = checks.parameter_state(module, what)         # parameters only: buffers keep their values
     values = {}
     for k, v in state.items():
         if not v.is_floating_point():
@@ -74,15 +74,9 @@ def sample_frequencies(sample_next, logits, n, *, seed, rule="", **kwargs):
     """
     R, V = logits.shape
     batch = logits.repeat_interleave(n, dim=0)                          # (R * n, V), row r first n times
-    try:
-        out = checks.call(sample_next, batch, generator=torch.Generator().manual_seed(seed), **kwargs)
-    except AssertionError:
-        raise
-    except Exception as exc:  # noqa: BLE001 - any error of the learner's code, named by the rule it breaks
-        if not rule:
-            raise
-        raise AssertionError(f"sample_next(logits of shape {(R * n, V)}, {kwargs}) raised {type(exc).__name__}: "
-                             f"{exc}. The rule: {rule}.") from None
+    # an error of the learner's code becomes a failure named by the rule the call checks
+    out = checks.call(sample_next, batch, generator=torch.Generator().manual_seed(seed), **kwargs,
+                      what=f"sample_next(logits of shape {(R * n, V)}, {kwargs})", hint=f"The rule: {rule}." if rule else "")
     checks.check_shape(out, (R * n,), f"sample_next on logits of shape {(R * n, V)}")
     checks.check(out.dtype == torch.long, f"sample_next should return token ids as a LongTensor; yours is {out.dtype}.")
     checks.check(bool(((out >= 0) & (out < V)).all()), f"sample_next returned ids outside 0..{V - 1}.")

@@ -11,6 +11,8 @@ the grader's judge.
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from course import checks
@@ -18,7 +20,7 @@ from course.oracles import bert as bridge
 
 __all__ = ["check_random_tokens_cover_vocabulary", "check_negative_sources", "check_coin_per_sentence",
     "masking_batch", "masking_stats", "check_masking_consistent", "sentence_documents", "nsp_origins",
-    "hf_bert", "load_hf_weights", "load_hf_embeddings", "hf_outputs", "SHORTCUTS", "WHY",
+    "hf_bert", "load_hf_weights", "load_hf_embeddings", "hf_outputs", "check_parameter_count", "SHORTCUTS", "WHY",
 ]
 
 SHORTCUTS = ("BertModel", "BertForPreTraining", "BertLayer", "BertEncoder", "to_hf_model", "to_hf_pretraining", "hf_forward",
@@ -146,6 +148,40 @@ def load_hf_weights(module, hf_model, what: str = "your Bert") -> None:
 def load_hf_embeddings(module, hf_model, what: str = "your BertEmbeddings") -> None:
     """Copy a ``BertForPreTraining``'s embedding weights into the learner's ``BertEmbeddings``."""
     checks.set_params(module, bridge.from_hf_state(hf_model.state_dict(), embeddings_only=True), what)
+
+
+def check_parameter_count(model, hf_model, what: str = "your Bert") -> None:
+    """The learner's model has as many parameters as ``transformers``' ``hf_model``.
+
+    Parameters, as ``named_parameters()`` lists them: a tied tensor counts once, and buffers (a
+    ``position_ids`` table, as ``transformers`` registers one) do not count. A mismatch names the parameters
+    the lesson's table does not list, those it lists that are missing, and those of another shape.
+    """
+    listed = checks.call(model.named_parameters, what=f"{what}.named_parameters")
+    ours = {name: tuple(p.shape) for name, p in (listed if isinstance(listed, list) else list(listed))}
+    n = sum(math.prod(shape) for shape in ours.values())
+    theirs = sum(p.numel() for p in hf_model.parameters())
+    if n == theirs:
+        return
+    every = set(checks.parameter_names(model, what))                       # a tied tensor under each of its names
+    expected = {k: tuple(v.shape) for k, v in bridge.from_hf_state(hf_model.state_dict()).items()}
+    extra = [k for k in ours if k not in expected]
+    missing = [k for k in expected if k not in every]
+    reshaped = [f"{k} {ours[k]} (want {expected[k]})" for k in ours if k in expected and ours[k] != expected[k]]
+    V, D = expected["embeddings.token.weight"]
+    untied = [k for k in extra if ours[k] in ((V, D), (D, V))]
+    parts = [f"{what} has {n} parameters (named_parameters(): a tied tensor counts once, buffers do not count); "
+             f"transformers' BertForPreTraining of the same size has {theirs}."]
+    if extra:
+        parts.append(f"Parameters the lesson's table does not name: {', '.join(extra[:6])}{' ...' if len(extra) > 6 else ''}.")
+    if missing:
+        parts.append(f"Missing: {', '.join(missing[:6])}{' ...' if len(missing) > 6 else ''}.")
+    if reshaped:
+        parts.append(f"Of another shape: {', '.join(reshaped[:4])}.")
+    if untied:
+        parts.append(f"{untied[0]} has the shape of the token embeddings: the MLM output layer is embeddings.token.weight "
+                     "itself (weight tying), not a separate matrix.")
+    checks.check(False, " ".join(parts))
 
 
 def hf_outputs(hf_model, ids, segments=None, mask=None) -> dict:

@@ -31,7 +31,7 @@ def make_vit(cls, cfg: dict, generator: torch.Generator, **extra):
     """A fresh learner ``cls(**cfg)`` in eval mode, with random norms, class token and positions (so that a
     swapped or missing piece shows). Returns the model."""
     model = checks.call(cls, **cfg, **extra, what="ViT.__init__").eval()
-    state = checks.call(model.state_dict, what="your ViT's state_dict")
+    state = checks.parameter_state(model, "your ViT")   # parameters only: buffers keep their values
     values = {}
     for key, value in state.items():
         if not value.is_floating_point():

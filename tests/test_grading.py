@@ -69,7 +69,7 @@ def graded_banks(request, tmp_path_factory) -> tuple[dict, Path, str]:
             subs = folder / "submissions"
             for lesson in lessons:
                 write_bank(lesson, subs)
-            only = {f"{name}/{lesson}": PLANTED[lesson][name]["must_fail"] for lesson in lessons
+            only = {f"{name}/{lesson}": graded_cells(PLANTED[lesson][name]) for lesson in lessons
                     for name in partially_graded(lesson)}
             (folder / "only-cells.json").write_text(json.dumps(only))
             proc = subprocess.run([sys.executable, str(HOOKS), "--only-cells", str(folder / "only-cells.json"),
@@ -80,6 +80,34 @@ def graded_banks(request, tmp_path_factory) -> tuple[dict, Path, str]:
     out = folder / "graded"
     assert (out / "results.json").is_file(), f"course grade wrote no results:\n{said['stdout']}\n{said['stderr']}"
     return results_by_key(out / "results.json"), out, said["stdout"]
+
+
+def graded_cells(variant: dict) -> list[str]:
+    """The test cells a partially graded bug is graded on: those that must catch it, and those that must not
+    (``must_pass``: a test of another idea, which the bug must not cost points)."""
+    return list(variant["must_fail"]) + [gid for gid in variant.get("must_pass", []) if gid not in variant["must_fail"]]
+
+
+def message_problems(name: str, variant: dict, cells: dict) -> list[str]:
+    """A planted bug's ``must_pass`` cells keep their points, and its ``says`` / ``never_says``
+    ({grade_id: [text, ...]}): the failure message of that cell
+    contains each ``says`` text and no ``never_says`` text (case-insensitive), so that a message cannot
+    point the wrong way (softmax advice on a cosine score) or miss the rule the text states."""
+    problems = []
+    for gid in variant.get("must_pass", []):
+        cell = cells.get(gid)
+        if cell is None:
+            problems.append(f"{name}: no test cell {gid!r} (must_pass)")
+        elif cell["points"] < cell["max_points"]:
+            problems.append(f"{name} lost points in {gid}, a test of another idea (must_pass): {cell['message'][:300]}")
+    for key, wanted in (("says", True), ("never_says", False)):
+        for gid, texts in variant.get(key, {}).items():
+            message = cells.get(gid, {}).get("message", "")
+            for text in [texts] if isinstance(texts, str) else texts:
+                if (text.lower() in message.lower()) != wanted:
+                    problems.append(f"{name}: the message of {gid} {'lacks' if wanted else 'contains'} {text!r}: "
+                                    f"{message[:400]}")
+    return problems
 
 
 def _cells(result: dict) -> str:
@@ -150,7 +178,7 @@ def test_grading_round_trip(lesson, graded_banks):
             continue
         partial = name in partially_graded(lesson)
         asked = [c["grade_id"] for c in r["cells"] if c["message"] != NOT_ASKED]
-        if asked != [gid for gid in cells if not partial or gid in variant["must_fail"]]:
+        if asked != [gid for gid in cells if not partial or gid in graded_cells(variant)]:
             problems.append(f"{name}: graded on {asked}, not on {'the cells it names' if partial else 'every cell'}")
         if not variant["must_fail"]:
             if r["score"] != r["max_score"]:
@@ -168,6 +196,7 @@ def test_grading_round_trip(lesson, graded_banks):
             elif partial and "NameError" in cells[gid]["message"]:     # a name an earlier (skipped) test cell defines?
                 problems.append(f"{name}: {gid} failed with a NameError, which a skipped test cell may explain, not the "
                                 f"bug: {cells[gid]['message'][:200]}")
+        problems += message_problems(name, variant, cells)
 
     hidden = _hidden_lines(lesson)
     checked = 0

@@ -2,7 +2,8 @@
 
 The notebook runs in a fresh kernel exactly as nbgrader's validator would (``NBGRADER_EXECUTION`` set,
 so the smoke profile is used), with a per-cell time limit. Each test cell is scored with nbgrader's
-own rule (an error, or output on stderr, fails it) and reported in plain words.
+own rule (an error, or output on stderr, fails it) and reported in plain words. A cell that is not a
+test but raised (an experiment, with the lesson's own checks) fails the check too, reported as such.
 
 Learners' copies from ``course dist`` ship this module: it imports nothing of the instructor's side.
 """
@@ -41,10 +42,11 @@ class TestOutcome:
     points: float
     max_points: float
     message: str
+    graded: bool = True         # False: a cell that is not a test (an experiment) and failed to run
 
     @property
     def passed(self) -> bool:
-        return self.points >= self.max_points
+        return self.graded and self.points >= self.max_points
 
 
 def _message(cell) -> str:
@@ -90,13 +92,48 @@ def check_notebook(path: Path, *, timeout: int = 120) -> tuple[list[TestOutcome]
     finally:
         os.environ.pop("NBGRADER_EXECUTION", None)
     outcomes = []
-    for cell in nb.cells:
+    failed_cells = []           # (position in outcomes, cell index, cell): cells that are not tests and raised
+    for index, cell in enumerate(nb.cells):
         meta = cell.get("metadata", {}).get("nbgrader", {})
         if meta.get("grade") and cell.cell_type == "code":
             score, max_score = determine_grade(cell, None)
             outcomes.append(TestOutcome(meta.get("grade_id", "?"), float(score or 0), float(max_score or 0),
                                         "" if score == max_score else _message(cell)))
+        elif cell.cell_type == "code" and any(o.get("output_type") == "error" for o in cell.get("outputs", [])):
+            failed_cells.append((len(outcomes), index, cell))
     # checks.call() says "<name> is not implemented yet" when a test meets an untouched stub.
     # The name may carry the call that met it: "SelfAttention(12, 4) is not implemented yet".
     unimplemented = sorted({m.group(1) for o in outcomes for m in [_UNIMPLEMENTED.search(o.message)] if m})
+    failure = _first_cell_failure(failed_cells)
+    if failure is not None:
+        outcomes.insert(failure[0], failure[1])
     return outcomes, unimplemented
+
+
+def _stub(cell) -> bool:
+    """Did the cell stop at an exercise left as its stub (``raise NotImplementedError``)?"""
+    for out in cell.get("outputs", []):
+        if out.get("output_type") == "error":
+            text = f"{out.get('ename')}: {_ANSI.sub('', str(out.get('evalue', '')))}"
+            return out.get("ename") == "NotImplementedError" or bool(_UNIMPLEMENTED.search(text))
+    return False
+
+
+def _first_cell_failure(failed_cells) -> tuple[int, TestOutcome] | None:
+    """A cell that is not a test but raised (an experiment and its own checks, a "try it" cell) fails the
+    check too: nbgrader would not score it, but the notebook does not run, and the learner must see why.
+
+    Only the first such cell is reported (the later ones usually fail because of it), and only in a notebook
+    whose every exercise is written: while a stub remains, its "try it" cells raise NotImplementedError, and
+    the report already says what is not implemented yet.
+    """
+    if not failed_cells or any(_stub(cell) for _, _, cell in failed_cells):
+        return None
+    position, index, cell = failed_cells[0]
+    tags = cell.get("metadata", {}).get("tags", [])
+    gid = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
+    kind = f"your {gid}" if gid else ("an experiment, not graded" if "experiment" in tags else "not graded")
+    more = len(failed_cells) - 1
+    message = (_message(cell) + " This cell must run for your notebook to be complete, though it is not a test"
+               + (f"; {more} later cell{'s' if more > 1 else ''} failed too, probably because of it." if more else "."))
+    return position, TestOutcome(f"cell {index} ({kind})", 0.0, 0.0, message, graded=False)

@@ -267,3 +267,21 @@ return pooled, weights
         "must_fail": [],
     },
 }
+
+# ---------------------------------------------------------------------------------------- issue 42
+# Found by a second learner: the text said masking with torch.finfo(dtype).min alone gives a fully padded row
+# zero weights; it gives a uniform row, and the message spoke of a NaN the learner never saw.
+import sys as _sys
+from pathlib import Path as _Path
+
+_sys.path.insert(0, str(_Path(__file__).resolve().parents[1]))
+from planting import derived as _derived  # noqa: E402
+
+VARIANTS.update({
+    "attention_finfo_min_only": {
+        "replace": {"AttentionPooling": _derived(LESSON, "AttentionPooling",
+                                                 ("        weights = weights.masked_fill(~mask, 0.0)                      # only changes fully padded rows\n", ""))},
+        "must_fail": ["test_attention_pooling_fully_padded"],
+        "says": {"test_attention_pooling_fully_padded": ["uniform", "after the softmax"]},
+    },
+})

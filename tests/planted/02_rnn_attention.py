@@ -214,3 +214,20 @@ class AdditiveAttention(nn.Module):
         "must_fail": [],
     },
 }
+
+# ---------------------------------------------------------------------------------------- issue 42
+# A buffer is not a parameter: tests that randomise, fill or scale "every parameter" took every floating-point
+# entry of the state_dict, and turned this fill value into 0 (or +inf), losing 4 points.
+import sys as _sys
+from pathlib import Path as _Path
+
+_sys.path.insert(0, str(_Path(__file__).resolve().parents[1]))
+from planting import derived as _derived  # noqa: E402
+
+VARIANTS.update({
+    "additive_fill_buffer_style": {"replace": {"AdditiveAttention": _derived(LESSON, "AdditiveAttention",
+        ("self.v = nn.Linear(d_hidden, 1, bias=False)       # one score per (query, key) pair\n",
+         "self.v = nn.Linear(d_hidden, 1, bias=False)       # one score per (query, key) pair\n"
+         "        self.register_buffer(\"fill\", torch.tensor(float(\"-inf\")))   # the score of padding\n"),
+        ('scores.masked_fill(~mask, float("-inf"))', "scores.masked_fill(~mask, self.fill)"))}, "must_fail": []},
+})

@@ -272,3 +272,20 @@ EXTENDED = [
     "scaled_by_number_of_queries", "cosine_ignores_eps", "masked_softmax_additive_fill",
     "masked_softmax_uniform_on_fully_masked_row", "masked_softmax_max_by_hand",
 ]
+
+# ---------------------------------------------------------------------------------------- issue 42
+# Found by strangers: messages that pointed the wrong way. ``says`` / ``never_says``: what the failing
+# cell's message must (not) contain (tests/test_grading.py, message_problems).
+VARIANTS["cosine_without_eps"]["says"] = {"test_cosine_score_zero_vector": ["max(norm, eps)"]}
+VARIANTS["cosine_without_eps"]["never_says"] = {"test_cosine_score_zero_vector": ["exp()", "subtract the maximum"]}
+VARIANTS.update({
+    # the text warns against k.T: it passes the 2-D example and breaks on a batched k (a raw shape error before)
+    "dot_score_k_T": {
+        "replace": {"dot_score": """
+            def dot_score(q, k):
+                return q @ k.T
+        """},
+        "must_fail": ["test_dot_score_batched"],
+        "says": {"test_dot_score_batched": ["k.transpose(-2, -1)", "dot_score raised"]},
+    },
+})

@@ -164,3 +164,18 @@ VARIANTS = {
         "must_fail": [],
     },
 }
+
+# ---------------------------------------------------------------------------------------- issue 42
+# Found by a second learner: masking with the dtype's minimum alone gives an empty story a uniform row (not
+# the NaN the text spoke of); the message must say what to do about it.
+VARIANTS.update({
+    "hop_finfo_min_only": {
+        "replace": {"MemoryHop": _hop('''
+            scores = (memory_keys @ controller.unsqueeze(-1)).squeeze(-1)
+            weights = torch.softmax(scores.masked_fill(~mask, torch.finfo(scores.dtype).min), dim=-1)
+            return self.H(controller) + (weights.unsqueeze(1) @ memory_values).squeeze(1), weights
+        ''')},
+        "must_fail": ["test_memory_hop_empty_story"],
+        "says": {"test_memory_hop_empty_story": ["uniform", "after the softmax"]},
+    },
+})

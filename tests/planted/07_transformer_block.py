@@ -412,3 +412,31 @@ EXTENDED = [
     "block_norms_swapped", "block_per_head_mask_head_major", "block_dropout_in_eval_mode",
     "block_ff_without_dropout",
 ]
+
+# ---------------------------------------------------------------------------------------- issue 42
+# Found by grading strangers' code: one wrong LayerNorm cost 9 points on a correct EncoderBlock. The block's
+# tests now give it PyTorch's LayerNorm (checks_07.known_good_norms): a LayerNorm bug costs points in the
+# LayerNorm tests only (must_pass: every block test keeps its points).
+BLOCK_TESTS = ["test_encoder_block_structure", "test_encoder_block_residual", "test_encoder_block_matches_torch_post_norm",
+               "test_encoder_block_matches_torch_pre_norm", "test_encoder_block_masks", "test_encoder_block_dropout"]
+for _name in ("layernorm_unbiased_variance", "layernorm_eps_outside_sqrt", "layernorm_hardcoded_eps", "layernorm_no_gamma_beta"):
+    VARIANTS[_name]["must_pass"] = BLOCK_TESTS
+
+# A LayerNorm that keeps eps as a buffer (so that .to(device) moves it): a buffer is not a parameter.
+LAYERNORM_EPS_BUFFER_STYLE = '''
+class LayerNorm(nn.Module):
+    def __init__(self, d_model, eps=1e-5):
+        super().__init__()
+        self.register_buffer("eps", torch.tensor(float(eps)))
+        self.weight = nn.Parameter(torch.ones(d_model))
+        self.bias = nn.Parameter(torch.zeros(d_model))
+
+    def forward(self, x):
+        mean = x.mean(dim=-1, keepdim=True)
+        var = ((x - mean) ** 2).mean(dim=-1, keepdim=True)
+        return self.weight * (x - mean) * torch.rsqrt(var + self.eps) + self.bias
+'''
+
+VARIANTS.update({
+    "layernorm_eps_buffer_style": {"replace": {"LayerNorm": LAYERNORM_EPS_BUFFER_STYLE}, "must_fail": []},
+})

@@ -347,3 +347,79 @@ VARIANTS.update({
     "greedy_pad_id_hardcoded_0": {"replace": {"greedy_decode": AUDIT_GREEDY_PAD_HARDCODED_0}, "must_fail": ['test_greedy_decode_batch']},
 })
 EXTENDED = ['decoder_no_ffn_inner_dropout', 'beam_breaks_on_1_by_s_source']
+
+# ---------------------------------------------------------------------------------------- issue 42
+# Found by strangers. A fixed-width beam feeds padding to the decoder (its finished rows), so the table
+# model must accept pad_id as a target token even where pad_id is past its vocabulary (it raised IndexError).
+STRANGER_BEAM_FIXED_WIDTH_STYLE = '''
+@torch.no_grad()
+def beam_search(model, src, beam_size, max_len, bos_id, eos_id, length_penalty=0.6):
+    # A fixed-width beam, as batched decoders keep it: k rows throughout; the rows of finished (or never
+    # used) places hold padding and a log-probability of -inf, so they are fed to the decoder but never chosen.
+    src = src.reshape(1, -1)
+    src_mask = src != model.pad_id
+    memory = model.encode(src, src_mask)
+    k = beam_size
+    ys = torch.full((k, 1), bos_id, dtype=torch.long, device=src.device)
+    logp = torch.full((k,), float("-inf"), device=src.device)
+    logp[0] = 0.0                                                   # one live hypothesis: <bos>
+    finished = []
+    for step in range(1, max_len + 1):
+        if not torch.isfinite(logp).any():
+            break
+        logits = model.decode(ys, memory.expand(k, -1, -1), src_mask.expand(k, -1))[:, -1]   # (k, V)
+        cand = logp[:, None] + torch.log_softmax(logits.float(), dim=-1)                     # dead rows: -inf
+        V = cand.shape[-1]
+        n = min(k - len(finished), int(torch.isfinite(cand).sum()))
+        top, idx = cand.flatten().topk(n)
+        new_ys = torch.full((k, step + 1), model.pad_id, dtype=torch.long, device=src.device)
+        new_logp = torch.full((k,), float("-inf"), device=src.device)
+        row = 0
+        for value, i in zip(top.tolist(), idx.tolist()):
+            p, tok = divmod(i, V)
+            tokens = ys[p, 1:].tolist() + [tok]
+            if tok == eos_id or step == max_len:
+                finished.append((tokens, value / ((5 + len(tokens)) / 6) ** length_penalty))
+            else:
+                new_ys[row, :step] = ys[p]
+                new_ys[row, step] = tok
+                new_logp[row] = value
+                row += 1
+        ys, logp = new_ys, new_logp
+    return sorted(finished, key=lambda h: -h[1])[:beam_size]
+'''
+
+# The most likely beam mistake: beam_size LIVE hypotheses, every finished one returned. Its first failure was
+# only "returned 7 hypotheses; beam_size is 3": the message must say which rule of section 5 it breaks.
+STRANGER_BEAM_KEEPS_K_LIVE_UNTRUNCATED = '''
+@torch.no_grad()
+def beam_search(model, src, beam_size, max_len, bos_id, eos_id, length_penalty=0.6):
+    src = src.reshape(1, -1)
+    mask = src != model.pad_id
+    memory = model.encode(src, mask)
+    live, finished = [([], 0.0)], []
+    for step in range(1, max_len + 1):
+        cands = []
+        for tokens, logp in live:
+            logits = model.decode(torch.tensor([[bos_id] + tokens]), memory, mask)[0, -1]
+            for tok, l in enumerate(torch.log_softmax(logits, -1).tolist()):
+                cands.append((tokens + [tok], logp + l))
+        cands.sort(key=lambda c: -c[1])
+        live = []
+        for tokens, logp in cands[:beam_size]:
+            if tokens[-1] == eos_id or step == max_len:
+                finished.append((tokens, logp / ((5 + len(tokens)) / 6) ** length_penalty))
+            else:
+                live.append((tokens, logp))
+        if not live:
+            break
+    return sorted(finished, key=lambda h: -h[1])
+'''
+
+VARIANTS.update({
+    "beam_fixed_width_padded_style": {"replace": {"beam_search": STRANGER_BEAM_FIXED_WIDTH_STYLE}, "must_fail": []},
+    "beam_keeps_k_live_untruncated": {"replace": {"beam_search": STRANGER_BEAM_KEEPS_K_LIVE_UNTRUNCATED},
+                                      "must_fail": ["test_beam_search_length_penalty", "test_beam_search_finishes_at_eos"],
+                                      "says": {"test_beam_search_length_penalty": ["not refilled", "LIVE"],
+                                               "test_beam_search_finishes_at_eos": ["not refilled"]}},
+})

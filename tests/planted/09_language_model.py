@@ -365,3 +365,27 @@ VARIANTS = {
     "gpt_one_shared_block": {"replace": {"GPT": GPT_ONE_SHARED_BLOCK}, "must_fail": ["test_gpt_structure"]},
     "gpt_no_embedding_dropout": {"replace": {"GPT": GPT_NO_EMBEDDING_DROPOUT}, "must_fail": ["test_gpt_dropout"]},
 }
+
+# ---------------------------------------------------------------------------------------- issue 42
+# Found by a second learner: the text said "draw with torch.multinomial" while any sampler fed only by the
+# given generator is accepted (the text now says the rule), and the dropout hint named an SDPA argument that
+# an answer computing its own weights never calls (the hint now names both ways).
+SAMPLE_INVERSE_CDF_STYLE = '''
+def sample_next(logits, temperature=1.0, top_k=None, generator=None):
+    z = logits / temperature
+    if top_k is not None and top_k < z.shape[-1]:
+        z = z.masked_fill(z < torch.topk(z, top_k, dim=-1).values[:, -1:], float("-inf"))
+    cdf = torch.softmax(z, dim=-1).cumsum(dim=-1)                          # (B, V)
+    u = torch.rand(z.shape[0], 1, generator=generator, device=z.device) * cdf[:, -1:]
+    return torch.searchsorted(cdf, u).squeeze(-1).clamp(max=z.shape[-1] - 1)   # inverse CDF, one uniform per row
+'''
+
+ATTN_HANDWRITTEN_NO_WEIGHT_DROPOUT = ATTN_HANDWRITTEN_STYLE.replace("        weights = F.dropout(weights, p)\n", "")
+assert ATTN_HANDWRITTEN_NO_WEIGHT_DROPOUT != ATTN_HANDWRITTEN_STYLE
+
+VARIANTS.update({
+    "sample_inverse_cdf_style": {"replace": {"sample_next": SAMPLE_INVERSE_CDF_STYLE}, "must_fail": []},
+    "attn_handwritten_no_weight_dropout": {"replace": {"CausalSelfAttention": ATTN_HANDWRITTEN_NO_WEIGHT_DROPOUT},
+                                           "must_fail": ["test_gpt_dropout"],
+                                           "says": {"test_gpt_dropout": ["on the softmax weights"]}},
+})

@@ -570,3 +570,17 @@ VARIANTS.update({
     "embeddings_dropout_before_norm": {"replace": {"BertEmbeddings": AUDIT_EMBEDDINGS_DROPOUT_BEFORE_NORM}, "must_fail": ['test_bert_embeddings_dropout']},
 })
 EXTENDED = EXTENDED + ['mask_random_ids_skip_low_ids']
+
+# ---------------------------------------------------------------------------------------- issue 42
+# Found by strangers: a correct BertEmbeddings that registers position_ids as a buffer, as transformers does,
+# lost test_bert_structure (it counted every number of the state_dict, and blamed weight tying).
+EMBEDDINGS_POSITION_IDS_BUFFER_STYLE = _derived('BertEmbeddings',
+    ("self.position = nn.Embedding(max_len, d_model)\n",
+     "self.position = nn.Embedding(max_len, d_model)\n"
+     "        self.register_buffer(\"position_ids\", torch.arange(max_len).expand((1, -1)))   # as transformers has it\n"),
+    ("positions = torch.arange(T, device=ids.device)", "positions = self.position_ids[:, :T]"))
+
+VARIANTS.update({
+    "embeddings_position_ids_buffer_style": {"replace": {"BertEmbeddings": EMBEDDINGS_POSITION_IDS_BUFFER_STYLE},
+                                             "must_fail": []},
+})

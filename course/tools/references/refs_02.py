@@ -76,8 +76,7 @@ def additive_candidates(params: dict, query, keys, values, mask, d_hidden: int, 
 
 def check_additive(att, query, keys, values, mask, d_hidden: int, what: str, *, atol: float = 1e-5):
     """The learner's ``att`` gives the additive formula's weights and context for its own parameters."""
-    params = {k: v for k, v in checks.call(att.state_dict, what="AdditiveAttention.state_dict").items()
-              if v.is_floating_point()}
+    params = {k: v for k, v in checks.parameter_state(att, "your AdditiveAttention").items() if v.is_floating_point()}
     context, weights = checks.call(att, query, keys, values, mask, what="AdditiveAttention.forward")
     context, weights = context.detach(), weights.detach()   # in a learner's kernel they carry autograd history
     candidates = additive_candidates(params, query, keys, values, mask, d_hidden)
