@@ -104,7 +104,7 @@ def check_notebook(path: Path, *, timeout: int = 120) -> tuple[list[TestOutcome]
     # checks.call() says "<name> is not implemented yet" when a test meets an untouched stub.
     # The name may carry the call that met it: "SelfAttention(12, 4) is not implemented yet".
     unimplemented = sorted({m.group(1) for o in outcomes for m in [_UNIMPLEMENTED.search(o.message)] if m})
-    failure = _first_cell_failure(failed_cells)
+    failure = first_cell_failure(failed_cells)
     if failure is not None:
         outcomes.insert(failure[0], failure[1])
     return outcomes, unimplemented
@@ -119,7 +119,7 @@ def _stub(cell) -> bool:
     return False
 
 
-def _first_cell_failure(failed_cells) -> tuple[int, TestOutcome] | None:
+def first_cell_failure(failed_cells) -> tuple[int, TestOutcome] | None:
     """A cell that is not a test but raised (an experiment and its own checks, a "try it" cell) fails the
     check too: nbgrader would not score it, but the notebook does not run, and the learner must see why.
 

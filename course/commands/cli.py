@@ -109,13 +109,17 @@ def _cmd_check(args) -> int:
     for o in outcomes:
         mark = "PASS" if o.passed else "FAIL"
         print(f"{mark}  {o.grade_id:<40} {o.points:g}/{o.max_points:g}" + ("" if o.passed else f"\n      {o.message}"))
-    got, total = sum(o.points for o in outcomes), sum(o.max_points for o in outcomes)
-    passed = sum(o.passed for o in outcomes)
-    print(f"\n{passed} of {len(outcomes)} public tests passed ({got:g}/{total:g} points).")
+    tests = [o for o in outcomes if o.graded]
+    broken = [o for o in outcomes if not o.graded]       # a cell that is not a test but did not run
+    got, total = sum(o.points for o in tests), sum(o.max_points for o in tests)
+    passed = sum(o.passed for o in tests)
+    print(f"\n{passed} of {len(tests)} public tests passed ({got:g}/{total:g} points).")
+    if broken:
+        print(f"But {broken[0].grade_id} did not run (FAIL above): your notebook is not complete until it does.")
     if unimplemented:
         print(f"Not implemented yet: {', '.join(unimplemented)}.")
     print("Hidden tests run only when your instructor grades the notebook; passing these is necessary, not sufficient.")
-    return 0 if passed == len(outcomes) else 1
+    return 0 if passed == len(tests) and not broken else 1
 
 
 def _env_path(name: str) -> Path | None:
