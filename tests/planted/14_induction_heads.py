@@ -183,6 +183,26 @@ def ablate_heads(model, heads):
             handles.pop().remove()
 ''' + FORWARD_WITH_ABLATION
 
+# Edit the weights themselves: the heads' columns of w_o set to zero, put back in a finally.
+EDIT_WEIGHTS_ABLATE = '''
+@contextlib.contextmanager
+def ablate_heads(model, heads):
+    saved = {}
+    try:
+        with torch.no_grad():
+            for i, hs in heads.items():
+                w_o = model.layers[i].w_o.weight
+                saved[i] = w_o.detach().clone()
+                Dh = w_o.shape[1] // model.layers[i].n_heads
+                for h in hs:
+                    w_o[:, h * Dh:(h + 1) * Dh] = 0.0
+        yield model
+    finally:
+        with torch.no_grad():
+            for i, w in saved.items():
+                model.layers[i].w_o.weight.copy_(w)
+''' + FORWARD_WITH_ABLATION
+
 LOOP_COMPOSITION = '''
 def composition_score(w_a, w_b):
     prod = torch.mm(w_a, w_b)
@@ -265,5 +285,33 @@ def induction_score(weights, length):
     },
 }
 
+VARIANTS.update({
+    "ablate_by_editing_w_o": {"replace": {"ablate_heads": EDIT_WEIGHTS_ABLATE}, "must_fail": []},
+    # more bugs, in EXTENDED below
+    "previous_token_counts_query_0": {
+        "replace": {"previous_token_score": '''
+def previous_token_score(weights):
+    shifted = torch.diagonal(weights, offset=-1, dim1=-2, dim2=-1)           # (B, H, T-1)
+    return shifted.sum(dim=-1).mean(dim=0) / weights.shape[-1]               # divided by T, not T-1
+'''},
+        "must_fail": ["test_previous_token_score"],
+    },
+    "ablate_only_the_reported_weights": {
+        "replace": {"ablate_heads": '''
+@contextlib.contextmanager
+def ablate_heads(model, heads):
+    yield model                                        # nothing switched off while the model runs
+    for i, hs in heads.items():
+        for h in hs:
+            model.attention_weights[i][:, h] = 0.0     # only the stored weights are zeroed, afterwards
+''' + FORWARD_WITH_ABLATION},
+        "must_fail": ["test_ablate_heads_named_heads"],
+    },
+    "repeated_zero_among_tokens": {
+        "replace": {"repeated_sequences": ref("repeated_sequences", ("torch.randint(1, vocab_size,", "torch.randint(0, vocab_size,"))},
+        "must_fail": ["test_repeated_sequences_layout", "test_repeated_sequences_random"],
+    },
+})
+
 # More variants of bugs the core bank already catches in the same cells (COURSE_PLANTED=all grades them).
-EXTENDED = []
+EXTENDED = ["previous_token_counts_query_0", "ablate_only_the_reported_weights", "repeated_zero_among_tokens"]
