@@ -307,6 +307,12 @@ def ablate_heads(model, heads):
 ''' + FORWARD_WITH_ABLATION},
         "must_fail": ["test_ablate_heads_named_heads"],
     },
+    "model_tied_unembedding": {
+        "replace": {"AttentionOnlyTransformer": ref("AttentionOnlyTransformer", (
+            "        self.unembed = nn.Linear(d_model, vocab_size, bias=False)\n",
+            "        self.unembed = nn.Linear(d_model, vocab_size, bias=False)\n        self.unembed.weight = self.embed.weight\n"))},
+        "must_fail": ["test_model_structure"],
+    },
     "repeated_zero_among_tokens": {
         "replace": {"repeated_sequences": ref("repeated_sequences", ("torch.randint(1, vocab_size,", "torch.randint(0, vocab_size,"))},
         "must_fail": ["test_repeated_sequences_layout", "test_repeated_sequences_random"],
@@ -314,4 +320,4 @@ def ablate_heads(model, heads):
 })
 
 # More variants of bugs the core bank already catches in the same cells (COURSE_PLANTED=all grades them).
-EXTENDED = ["previous_token_counts_query_0", "ablate_only_the_reported_weights", "repeated_zero_among_tokens"]
+EXTENDED = ["model_tied_unembedding", "previous_token_counts_query_0", "ablate_only_the_reported_weights", "repeated_zero_among_tokens"]
