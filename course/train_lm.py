@@ -60,11 +60,45 @@ def parse_args(argv=None) -> argparse.Namespace:
     return args
 
 
+def train(corpus, cfg: dict, *, seed: int = 0, device="cpu", amp: bool = True, accumulate: int = 1,
+          attn_implementation: str = "sdpa", desc: str = "GPT", log_every: int = 50):
+    """Lesson 09's GPT trained on ``corpus``: ``(model, History)``.
+
+    The model is ``transformers``' ``GPT2LMHeadModel`` built from :func:`course.oracles.gpt2.gpt2_config`
+    with ``cfg``'s sizes (a row of :data:`PROFILES`: ``d_model, n_heads, n_layers, block, batch, steps,
+    lr, warmup``), initialised from ``torch.manual_seed(seed)`` and trained with :func:`course.train.fit`
+    on the windows of step ``s`` drawn from ``Generator().manual_seed(seed * 1_000_003 + s)``, every
+    position predicting the next character. Under ``torchrun`` every rank calls it alike (see
+    :func:`main`). Later lessons reuse it (lesson 14 scores the trained model's heads).
+    """
+    from transformers import GPT2LMHeadModel
+
+    from course.oracles.gpt2 import gpt2_config
+    from course.train import fit
+
+    device = torch.device(device)
+    torch.manual_seed(seed)                          # the same initial weights on every rank
+    config = gpt2_config(corpus.vocab_size, cfg["block"], cfg["d_model"], cfg["n_heads"], cfg["n_layers"],
+                         attn_implementation=attn_implementation)
+    model = GPT2LMHeadModel(config).to(device)
+    model.loss_type = "ForCausalLM"                  # the every-position loss (and no warning naming it)
+
+    def make_batch(step):                            # the step's global batch, the same on every rank
+        gen = torch.Generator().manual_seed(seed * 1_000_003 + step)
+        return corpus.batch("train", cfg["batch"], cfg["block"], gen)[0]
+
+    def loss_fn(net, x):                             # every position predicts the next character
+        return net(input_ids=x, labels=x).loss
+
+    hist = fit(model, make_batch, loss_fn, steps=cfg["steps"], lr=cfg["lr"], warmup=cfg["warmup"],
+               amp=amp, device=device, accumulate=accumulate, desc=desc, log_every=log_every)
+    return model, hist
+
+
 def main(argv=None) -> dict:
     from course import metrics
     from course.data.corpus import load_corpus
-    from course.oracles.gpt2 import gpt2_config
-    from course.train import fit, init_distributed, is_main, save_checkpoint
+    from course.train import init_distributed, is_main, save_checkpoint
 
     args = parse_args(argv)
     cfg = args.cfg
@@ -73,34 +107,19 @@ def main(argv=None) -> dict:
         raise SystemExit(f"--batch {cfg['batch']} must be a multiple of ranks x accumulate "
                          f"= {world.world_size} x {args.accumulate}")
     device = torch.device(world.device)
-    torch.manual_seed(args.seed)                     # the same initial weights on every rank
     corpus = load_corpus(args.corpus, max_chars=args.max_chars)
-
-    from transformers import GPT2LMHeadModel
-
-    config = gpt2_config(corpus.vocab_size, cfg["block"], cfg["d_model"], cfg["n_heads"], cfg["n_layers"],
-                         attn_implementation="sdpa")
-    model = GPT2LMHeadModel(config).to(device)
-    model.loss_type = "ForCausalLM"                  # the every-position loss (and no warning naming it)
-
-    def make_batch(step):                            # the step's global batch, the same on every rank
-        gen = torch.Generator().manual_seed(args.seed * 1_000_003 + step)
-        return corpus.batch("train", cfg["batch"], cfg["block"], gen)[0]
-
-    def loss_fn(net, x):                             # every position predicts the next character
-        return net(input_ids=x, labels=x).loss
-
     out = args.out
     if out is not None and is_main():
         out.mkdir(parents=True, exist_ok=True)
         os.environ["COURSE_METRICS"] = str(out / "metrics.jsonl")
     if is_main():
-        n = sum(p.numel() for p in model.parameters())
-        print(f"{world.world_size} rank(s), {world.backend or 'one process'}, {device}; GPT {n:,} parameters; "
+        print(f"{world.world_size} rank(s), {world.backend or 'one process'}, {device}; "
               f"{cfg['steps']} steps of {cfg['batch']} windows x {cfg['block']} characters", flush=True)
     start = time.perf_counter()
-    hist = fit(model, make_batch, loss_fn, steps=cfg["steps"], lr=cfg["lr"], warmup=cfg["warmup"],
-               amp=args.amp, device=device, accumulate=args.accumulate, desc="GPT", log_every=50)
+    model, hist = train(corpus, cfg, seed=args.seed, device=device, amp=args.amp, accumulate=args.accumulate)
+    config = model.config
+    if is_main():
+        print(f"GPT {sum(p.numel() for p in model.parameters()):,} parameters", flush=True)
     if device.type == "cuda":
         torch.cuda.synchronize()
     seconds = time.perf_counter() - start
