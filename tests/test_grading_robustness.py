@@ -791,3 +791,36 @@ def test_the_protocols_own_tensors_do_not_count_against_a_size_limit(tmp_path, j
     source, sub = _lesson(tmp_path, "def f(x):\n    return (x * 2)[:10]", test)        # 4000 new elements
     (cell,) = _judge(judge_scratch, source, sub)["cells"]
     assert not cell["passed"] and "1000" in cell["message"], cell["message"]
+
+
+CONTEXT_MANAGER = '''
+import contextlib
+
+@contextlib.contextmanager
+def f(box):
+    box["on"] = True
+    try:
+        yield box
+    finally:
+        box["on"] = False
+'''
+
+
+def test_a_test_enters_and_leaves_a_learners_context_manager(tmp_path, judge_scratch):
+    """A graded API may be a context manager (lesson 14's ``ablate_heads``): a test's ``with`` enters and leaves
+    it in the sandbox, on the exception path too (the learner's ``finally`` runs, and an exception it does not
+    suppress reaches the test); it failed with "'Remote' object does not support the context manager
+    protocol"."""
+    test = ("box = {'on': False}\n"
+            "with f(box) as inside:\n"
+            "    assert inside['on'] is True, inside\n"
+            "try:\n"
+            "    with f(box):\n"
+            "        raise KeyError('x')\n"
+            "except KeyError:\n"
+            "    pass\n"
+            "else:\n"
+            "    raise AssertionError('the exception was swallowed')\n")
+    source, sub = _lesson(tmp_path, CONTEXT_MANAGER, test)
+    (cell,) = _judge(judge_scratch, source, sub)["cells"]
+    assert cell["passed"], cell["message"]

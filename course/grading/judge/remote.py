@@ -9,7 +9,7 @@ import collections
 import torch
 
 from course import checks
-from course.grading.judge.errors import WorkerGone
+from course.grading.judge.errors import BUILTIN_ERRORS, WorkerGone
 from course.grading.sandboxed import wire
 
 # -- the stand-in for objects that live in the sandbox --------------------------------------------
@@ -140,6 +140,14 @@ class Remote:
 
     def __bool__(self):
         return self._r("bool") is True
+
+    def __enter__(self):                 # `with` a learner's context manager: entered and left in the sandbox
+        return self._r("enter")
+
+    def __exit__(self, kind, error, tb):
+        name = kind.__name__ if kind is not None and kind.__name__ in BUILTIN_ERRORS else (
+            "Exception" if kind is not None else None)
+        return self._r("leave", error=name) is True
 
     def __repr__(self):
         text = self._r("repr")

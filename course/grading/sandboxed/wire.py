@@ -44,6 +44,8 @@ class WorkerOp(str, Enum):
     CONTAINS = "contains"        # h, item -> bool
     BOOL = "bool"
     REPR = "repr"
+    ENTER = "enter"              # h: the learner's context manager's __enter__ -> its value
+    LEAVE = "leave"              # h, error (a builtin exception's name, or None): its __exit__ -> suppressed?
     FORBID = "forbid"            # names, why, limit: block those calls until UNFORBID
     UNFORBID = "unforbid"        # -> the sentences of what was violated meanwhile
     TEST_BEGIN = "test-begin"    # fork: the test cells talk to the fork -> "forked" (answered by the fork)

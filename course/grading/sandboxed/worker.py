@@ -9,6 +9,7 @@ calls, and sends back what they returned.
 from __future__ import annotations
 
 import stat
+import builtins
 import contextlib
 import gc
 import io
@@ -326,6 +327,20 @@ class Worker:
             if op == WorkerOp.REPR:
                 with self.watched():
                     return {"ok": True, "value": repr(obj)[:2000]}
+            if op == WorkerOp.ENTER:
+                with self.watched():
+                    value = type(obj).__enter__(obj)
+                return self.answer(value)
+            if op == WorkerOp.LEAVE:
+                # What the test's block raised: its type only (a builtin's, else Exception), never its message,
+                # which could hold a hidden check's values.
+                error = req.get("error")
+                kind = getattr(builtins, str(error), None) if error else None
+                if error and not (isinstance(kind, type) and issubclass(kind, BaseException)):
+                    kind = Exception
+                with self.watched():
+                    suppressed = type(obj).__exit__(obj, kind, kind() if kind else None, None)
+                return {"ok": True, "value": bool(suppressed)}
         raise ValueError(f"unknown request {op!r}")
 
     def test_begin(self) -> bool:
