@@ -56,7 +56,9 @@ def grade(python: Path, subs: Path, out: Path, jobs: int) -> tuple[float, float]
     sandboxes, workers): the CPU time moves much less than the wall time on a busy machine."""
     env = dict(os.environ, PATH=f"{python.parent}:{Path(sys.executable).parent}:{os.environ['PATH']}")
     start, cpu = time.perf_counter(), _cpu()
-    proc = subprocess.run([str(python), "-m", "course.commands.cli", "grade", str(subs), "--out", str(out),
+    tree = python.parent.parent.parent / python.parent.parent.name.replace("-venv", "-tree")
+    cli = "course.commands.cli" if (tree / "course" / "commands" / "cli.py").is_file() else "course.tools.cli"
+    proc = subprocess.run([str(python), "-m", cli, "grade", str(subs), "--out", str(out),
                            "--jobs", str(jobs)], capture_output=True, text=True, env=env, cwd=out.parent)
     seconds, cpu = time.perf_counter() - start, _cpu() - cpu
     if proc.returncode != 0:

@@ -261,13 +261,15 @@ def test_a_judge_adopts_the_sandbox_it_launched_as_it_started(tmp_path, monkeypa
 
 # -- issue 19: the protocol, straight through the judge ----------------------------------------------
 
-def _lesson(tmp_path, solution: str, test: str, after: str = "") -> tuple[Path, Path]:
-    """A one-exercise lesson (source with its test) and a submission of ``solution``."""
+def _lesson(tmp_path, solution: str, test: str, after: str = "", before: tuple[str, ...] = ()) -> tuple[Path, Path]:
+    """A one-exercise lesson (source with its test) and a submission of ``solution``; ``before``: the
+    learner's cells between the solution and the test, ``after``: one after the test."""
     def nb(sol):
         book = nbformat.v4.new_notebook()
         book.cells = [nbformat.v4.new_code_cell("import torch"),
                       nbformat.v4.new_code_cell(sol, metadata={"nbgrader": {"solution": True, "grade": False,
                                                                              "grade_id": "f", "locked": False}}),
+                      *[nbformat.v4.new_code_cell(src) for src in before],
                       nbformat.v4.new_code_cell(test, metadata={"nbgrader": {"solution": False, "grade": True,
                                                                               "grade_id": "test_f", "points": 1,
                                                                               "locked": True}})]
@@ -619,7 +621,8 @@ def test_a_notebook_at_its_process_limit_ends_without_restarts(tmp_path, judge_s
     result = _judge(judge_scratch, source, sub, timeout=5, limits={"processes": 48})
     cell = result["cells"][0]
     assert not cell["passed"] and "every process and thread" in cell["message"], result
-    assert result["events"] == ["died: process limit reached (cell 2); the notebook was stopped there"], result["events"]
+    assert result["events"] == [{"kind": "died", "text": "died: process limit reached (cell 2); the notebook was stopped "
+                                                          "there"}], result["events"]
 
 
 KILL_WHAT_RUNS_NEXT = """
@@ -645,16 +648,18 @@ def f():
 def test_a_notebook_that_keeps_killing_itself_is_its_own_doing(tmp_path, judge_scratch, monkeypatch):
     """A learner's cell leaves a process that kills whatever runs next. Each restart replays that cell, so
     the notebook dies again and again: past MAX_RESTARTS it ends as the learner's doing (`kernel-died`,
-    the remaining cells 0), never `grader-error`, which would ask the instructor to grade it again forever."""
+    the remaining cells 0), never `grader-error`, which would ask the instructor to grade it again forever.
+    (Once tests begin, the sandbox's PID 1 ends such a process: here it kills the learner's cells before them.)"""
     from course.grading.judge import run
 
     monkeypatch.setattr(run, "MAX_RESTARTS", 1)
     slow = "import time\ntime.sleep(2)\n"            # the daemon starts killing 1 s after its cell: these are still running
-    source, sub = _lesson(tmp_path, KILL_WHAT_RUNS_NEXT, slow + "assert f() == 1", after=slow + "x = 1")
+    source, sub = _lesson(tmp_path, KILL_WHAT_RUNS_NEXT, "assert f() == 1", before=(slow + "x = 1", slow + "y = 1"))
     result = _judge(judge_scratch, source, sub, timeout=10)
     events = result["events"]
-    assert not any(e.startswith("sandbox:") for e in events), events
-    assert any(e.startswith("died too often: the notebook was stopped 2 times") for e in events), events
+    assert not any(e["kind"] == "sandbox" for e in events), events
+    assert any(e["kind"] == "died" and e["text"].startswith("died too often: the notebook was stopped 2 times")
+               for e in events), events
     assert not result["cells"][0]["passed"], result["cells"]
 
 
@@ -696,7 +701,7 @@ def test_a_test_cell_whose_checks_run_past_the_limit_ends_its_judge_not_the_batc
         judge.stdin.flush()
         ready = select.select([judge.stdout], [], [], 240)[0]      # the kernel alone runs for minutes
         verdict = json.loads(judge.stdout.readline()) if ready else {}
-        assert verdict.get("judge_exits") and verdict["events"][0].startswith("timeout: test cell test_f"), verdict
+        assert verdict.get("judge_exits") and verdict["events"][0]["text"].startswith("timeout: test cell test_f"), verdict
         assert verdict["cells"][0]["points"] == 0
         assert judge.wait(timeout=60) == 3 and judge.stdout.read() == ""   # the next student was not graded here
         left = [p.name for p in Path("/proc").iterdir() if p.name.isdigit()

@@ -146,7 +146,7 @@ class Worker:
         return {**forbidden.integrity_pieces(),
                 "course.forbidden.integrity_pieces": forbidden.__dict__.get("integrity_pieces"),
                 "Worker.forbid": Worker.__dict__.get("forbid"), "Worker.unforbid": Worker.__dict__.get("unforbid"),
-                "Worker.watched": Worker.__dict__.get("watched"),
+                "Worker.watched": Worker.__dict__.get("watched"), "Worker.call": Worker.__dict__.get("call"),
                 # what sees a learner's changes to its inputs (checks.seeing_in_place_changes)
                 "ops.PIECES": ops.pieces(),
                 "wire.tensors": ops.wire_module().__dict__.get("tensors"), "wire.Handle": ops.wire_module().__dict__.get("Handle"),
@@ -266,40 +266,7 @@ class Worker:
                     setattr(obj, req["name"], value)
                 return {"ok": True, "value": None}
             if op == WorkerOp.CALL:
-                # Tensors the judge passed are copies: any the call changed in place travel back, so
-                # the test sees the change as it would in the notebook.
-                # (the judge says when a walk would find nothing: no tensor to watch, no handle to resolve)
-                tensors = self.wire.tensors((req["args"], req["kwargs"])) if req.get("tensors", True) else []
-                if req.get("handles", True):        # before handles are resolved
-                    args, kwargs = self.resolve(req["args"]), self.resolve(req["kwargs"])
-                else:                               # the request's own fresh copies, as resolve would give
-                    args, kwargs = req["args"], req["kwargs"]
-                before = [(t._version, ops.snapshot(t)) for t in tensors]
-                # Inside checks.seeing_in_place_changes the judge also asks which lists and dicts it passed
-                # now hold other objects (an entry rebound, added or removed), to make the same change to its own.
-                held = ops.paired((req["args"], req["kwargs"]), (args, kwargs), []) if req.get("containers") else []
-                shallow = [ops.shallow(c) for c in held]
-                with self.watched():
-                    value = obj(*args, **kwargs)
-                reply = self.answer(value)
-                changed = [[i, ops.values_now(t)] for i, (t, (version, raw)) in enumerate(zip(tensors, before))
-                           if t._version != version or not ops.unchanged(raw, t)]
-                if changed:
-                    reply["mutated"] = changed
-                rebound = [[i, ops.holds_now(c, list(tensors) + held)] for i, (c, b) in enumerate(zip(held, shallow))
-                           if ops.rebound(c, b)]
-                if rebound:              # the judge makes the same change to its own lists and dicts
-                    reply["rebound"] = rebound
-                if req.get("containers"):
-                    self._last_call = (tensors, held)      # serve() watches them until the test's block ends
-                    # against what serve() holds (not the module's _PRISTINE, which a notebook can reach), and
-                    # by code as well as by object: a function whose __code__ was swapped is the same object
-                    pristine, integrity, codes = self._held
-                    replaced = [k for k, v in integrity().items() if pristine and (
-                        pristine.get(k) is not v or codes.get(k) is not getattr(v, "__code__", None))]
-                    if replaced:
-                        reply["tampered"] = replaced[:3]
-                return reply
+                return self.call(obj, req)
             if op == WorkerOp.GETITEM:
                 key = self.resolve(req["key"])
                 with self.watched():
@@ -342,6 +309,43 @@ class Worker:
                     suppressed = type(obj).__exit__(obj, kind, kind() if kind else None, None)
                 return {"ok": True, "value": bool(suppressed)}
         raise ValueError(f"unknown request {op!r}")
+
+    def call(self, obj, req: dict) -> dict:
+        """A call of a learner's function or object, with what it changed in the test's inputs."""
+        # Tensors the judge passed are copies: any the call changed in place travel back, so
+        # the test sees the change as it would in the notebook.
+        # (the judge says when a walk would find nothing: no tensor to watch, no handle to resolve)
+        tensors = self.wire.tensors((req["args"], req["kwargs"])) if req.get("tensors", True) else []
+        if req.get("handles", True):        # before handles are resolved
+            args, kwargs = self.resolve(req["args"]), self.resolve(req["kwargs"])
+        else:                               # the request's own fresh copies, as resolve would give
+            args, kwargs = req["args"], req["kwargs"]
+        before = [(t._version, ops.snapshot(t)) for t in tensors]
+        # Inside checks.seeing_in_place_changes the judge also asks which lists and dicts it passed
+        # now hold other objects (an entry rebound, added or removed), to make the same change to its own.
+        held = ops.paired((req["args"], req["kwargs"]), (args, kwargs), []) if req.get("containers") else []
+        shallow = [ops.shallow(c) for c in held]
+        with self.watched():
+            value = obj(*args, **kwargs)
+        reply = self.answer(value)
+        changed = [[i, ops.values_now(t)] for i, (t, (version, raw)) in enumerate(zip(tensors, before))
+                   if t._version != version or not ops.unchanged(raw, t)]
+        if changed:
+            reply["mutated"] = changed
+        rebound = [[i, ops.holds_now(c, list(tensors) + held)] for i, (c, b) in enumerate(zip(held, shallow))
+                   if ops.rebound(c, b)]
+        if rebound:              # the judge makes the same change to its own lists and dicts
+            reply["rebound"] = rebound
+        if req.get("containers"):
+            self._last_call = (tensors, held)      # serve() watches them until the test's block ends
+            # against what serve() holds (not the module's _PRISTINE, which a notebook can reach), and
+            # by code as well as by object: a function whose __code__ was swapped is the same object
+            pristine, integrity, codes = self._held
+            replaced = [k for k, v in integrity().items() if pristine and (
+                pristine.get(k) is not v or codes.get(k) is not getattr(v, "__code__", None))]
+            if replaced:
+                reply["tampered"] = replaced[:3]
+        return reply
 
     def test_begin(self) -> bool:
         """Fork: the child serves this test cell's requests, then exits; the parent waits, so nothing the
