@@ -1,5 +1,5 @@
-"""Unit tests for lesson 13's package code: the experiment's model (course/models/positional_gpt.py), the bridge
-to transformers' LlamaAttention (course/oracles/llama.py), the test helpers (course/checks_13.py) and the
+"""Unit tests for lesson 13's package code: the experiment's tools (course/positions.py), the bridge to
+transformers' LlamaAttention (course/oracles/llama.py), the test helpers (course/checks_13.py) and the
 instructor-side references (course/tools/references/refs_13.py).
 
 The rotation and the ALiBi bias these tests need are written here, in the test (the package holds no answer).
@@ -16,7 +16,7 @@ from torch import nn
 
 from course import checks_13
 from course.data.corpus import CharCorpus
-from course.models.positional_gpt import SCHEMES, PositionalGPT, loss_per_position, train
+from course.positions import loss_per_position, train_windows
 from course.oracles.llama import llama_attention_forward, to_llama_attention
 from course.tools.references import refs_13
 
@@ -42,13 +42,6 @@ def alibi(n_heads, T_q, T_k):
             for j in range(p + 1):
                 out[h, i, j] = -(2.0 ** (-8.0 * (h + 1) / n_heads)) * (p - j)
     return out
-
-
-def table(n, d):
-    return 0.02 * torch.randn(n, d, generator=torch.Generator().manual_seed(n))
-
-
-PARTS = {"learned": {}, "sinusoidal": {"table": table}, "rope": {"rotate": rotate}, "alibi": {"bias": alibi}, "none": {}}
 
 
 class Attention(nn.Module):
@@ -125,51 +118,48 @@ def corpus():
     return CharCorpus("def f(x):\n    return x + 1\n" * 200)
 
 
-@pytest.mark.parametrize("scheme", SCHEMES)
-def test_model_is_causal_and_takes_positions(scheme):
-    c = corpus()
-    torch.manual_seed(0)
-    model = PositionalGPT(c.vocab_size, scheme, block_size=16, d_model=16, n_heads=2, n_layers=2, **PARTS[scheme]).eval()
-    idx = torch.randint(0, c.vocab_size, (2, 12))
-    with torch.no_grad():
-        logits = model(idx)
-        assert logits.shape == (2, 12, c.vocab_size)
-        changed = idx.clone()
-        changed[:, 8:] = (changed[:, 8:] + 1) % c.vocab_size
-        torch.testing.assert_close(model(changed)[:, :8], logits[:, :8], atol=1e-5, rtol=0)
-        moved = model(idx, positions=torch.arange(3, 15))
-    if scheme in ("learned", "sinusoidal"):
-        assert not torch.allclose(moved, logits, atol=1e-4)           # absolute positions: a shift changes the logits
-    else:
-        torch.testing.assert_close(moved, logits, atol=1e-4, rtol=0)  # relative or none: a shift changes nothing
+class TinyLM(nn.Module):
+    """Embedding, one causal rotary attention layer (written in this test), a head."""
 
+    def __init__(self, vocab_size, d_model=16):
+        super().__init__()
+        self.emb = nn.Embedding(vocab_size, d_model)
+        self.attn = Attention(d_model, 2)
+        self.head = nn.Linear(d_model, vocab_size)
 
-def test_learned_table_refuses_longer_sequences():
-    model = PositionalGPT(10, "learned", block_size=8, d_model=8, n_heads=2, n_layers=1)
-    with pytest.raises(IndexError, match="8 rows"):
-        model(torch.zeros(1, 9, dtype=torch.long))
-    with pytest.raises(ValueError, match="rotate"):
-        PositionalGPT(10, "rope", block_size=8)
-
-
-def test_rope_base_can_change_after_training():
-    torch.manual_seed(0)
-    model = PositionalGPT(10, "rope", block_size=8, d_model=16, n_heads=2, n_layers=1, rotate=rotate).eval()
-    idx = torch.randint(0, 10, (1, 20))
-    with torch.no_grad():
-        for p in model.parameters():              # weights large enough for the scores to matter
-            p.normal_(0.0, 0.5)
-        before = model(idx)
-        model.rope_base = 40000.0
-        assert not torch.allclose(model(idx), before, atol=1e-5)
+    def forward(self, idx, positions=None):
+        x = self.emb(idx)
+        return self.head(x + self.attn(x, positions))
 
 
 def test_training_lowers_the_loss_and_the_curve_has_one_value_per_position():
     c = corpus()
     torch.manual_seed(0)
-    model = PositionalGPT(c.vocab_size, "alibi", block_size=16, d_model=16, n_heads=2, n_layers=1, bias=alibi)
-    losses = train(model, c, steps=60, batch_size=8, block_size=16, lr=1e-2, warmup=5, generator=torch.Generator().manual_seed(1))
+    model = TinyLM(c.vocab_size)
+    losses = train_windows(model, c, steps=60, batch_size=8, block_size=16, lr=1e-2, warmup=5,
+                           generator=torch.Generator().manual_seed(1))
     assert len(losses) == 60 and sum(losses[-10:]) / 10 < losses[0] - 0.5
+    assert not model.training
     windows = torch.stack([c.val[s:s + 25] for s in range(0, 40, 10)])
     curve = loss_per_position(model, windows, batch_size=3)
     assert curve.shape == (24,) and torch.isfinite(curve).all()
+    by_hand = F.cross_entropy(model(windows[:, :-1]).transpose(1, 2), windows[:, 1:], reduction="none").mean(0)
+    torch.testing.assert_close(curve, by_hand.detach(), atol=1e-5, rtol=0)
+    shifted = loss_per_position(model, windows, positions=torch.arange(100, 124))    # keyword arguments reach forward
+    torch.testing.assert_close(shifted, curve, atol=1e-4, rtol=0)                     # rotary: a shift changes nothing
+
+
+def test_same_generator_same_windows():
+    c = corpus()
+    seen = []
+
+    class Spy(TinyLM):
+        def forward(self, idx, positions=None):
+            seen.append(idx.clone())
+            return super().forward(idx, positions)
+
+    for _ in range(2):
+        torch.manual_seed(0)
+        train_windows(Spy(c.vocab_size), c, steps=3, batch_size=4, block_size=8, lr=1e-3, warmup=1,
+                      generator=torch.Generator().manual_seed(7))
+    assert all(torch.equal(a, b) for a, b in zip(seen[:3], seen[3:]))
