@@ -35,6 +35,7 @@ GRADED_API = {
     "10_bert": ["mask_tokens", "make_nsp_pairs", "BertEmbeddings", "Bert"],
     "11_vit": ["patchify", "PatchEmbedding", "ViTEmbeddings", "ViT"],
     "12_efficient_attention": ["chunked_attention", "repeat_kv"],
+    "13_rotary_positions": ["rope_frequencies", "apply_rope", "RotarySelfAttention", "alibi_bias"],
 }
 
 
