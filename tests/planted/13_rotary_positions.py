@@ -356,7 +356,6 @@ VARIANTS = {
 }
 
 EXTENDED = [
-    "rope_interleaved_permuted_style",
     "rope_frequencies_wrong_exponent", "rope_frequencies_one_angle", "rope_heads_take_the_rows", "rope_turns_backwards",
     "rope_writes_into_x", "rope_rotates_before_the_split", "rope_attention_no_scale", "rope_attention_ignores_given_positions",
     "rope_attention_always_causal", "rope_attention_no_bias_ever", "alibi_slopes_wrong_formula",
