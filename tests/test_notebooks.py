@@ -34,6 +34,7 @@ GRADED_API = {
     "10_bert": ["mask_tokens", "make_nsp_pairs", "BertEmbeddings", "Bert"],
     "11_vit": ["patchify", "PatchEmbedding", "ViTEmbeddings", "ViT"],
     "12_efficient_attention": ["chunked_attention", "repeat_kv"],
+    "13_rotary_positions": ["rope_frequencies", "apply_rope", "RotarySelfAttention", "alibi_bias"],
     "14_induction_heads": ["repeated_sequences", "previous_token_score", "induction_score", "AttentionOnlyTransformer",
                            "ablate_heads", "ov_circuit", "qk_circuit", "composition_score"],
 }

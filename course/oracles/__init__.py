@@ -7,4 +7,6 @@ that one bug costs points once.
 ``gpt2``: lesson 09's GPT into ``transformers.GPT2LMHeadModel``.
 ``bert``: lesson 10's Bert into ``transformers.BertModel`` / ``BertForPreTraining`` (eager attention).
 ``vit``: lesson 11's ViT into ``transformers.ViTModel`` / ``ViTForImageClassification``.
+``llama``: lesson 13's RotarySelfAttention into ``transformers``' ``LlamaAttention`` (eager, cos/sin from
+``LlamaRotaryEmbedding``; transformers 4.40 to 5.x).
 """

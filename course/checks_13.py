@@ -1,0 +1,92 @@
+"""Helpers for lesson 13's test cells (rotary positions and ALiBi), so that each locked cell reads as its one idea.
+
+Nothing here computes a graded answer. Visible tests compare with small worked examples (a unit vector
+turned by a known angle); hidden tests with the instructor-side references (``refs_13``: the rotation in
+float64 complex numbers, BLOOM's ALiBi tensor) and with ``transformers``' ``LlamaAttention`` holding a copy of
+the learner's weights (:mod:`course.oracles.llama`). The learner's code is only called, read
+(``state_dict``) or given parameters with :func:`course.checks.set_params`, so every helper works the same in
+the learner's kernel and under the grader's judge.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from course import checks
+from course.oracles.llama import llama_attention_forward, to_llama_attention
+
+__all__ = ["PAIRING", "POSITIONS_RULE", "rope", "rotated_unit_vectors", "make_rotary", "rotary_output", "llama_output",
+           "alibi", "allowed"]
+
+PAIRING = ("pair dimension i with dimension i + Dh/2 (the first half of the features holds the first coordinate of "
+           "every pair, the second half the second coordinate): out[i] = x[i] cos(p theta_i) - x[i + Dh/2] sin(p theta_i) "
+           "and out[i + Dh/2] = x[i] sin(p theta_i) + x[i + Dh/2] cos(p theta_i); not neighbours 2i and 2i + 1")
+POSITIONS_RULE = ("positions of shape (T,) give row t of x the position positions[t], for every leading index; positions "
+                  "of shape (B, T) give x[b] (all of its heads, for x of shape (B, H, T, Dh)) the positions positions[b]")
+
+
+def rope(fn, x, positions, *, base=None, what: str = "apply_rope"):
+    """The learner's ``apply_rope(x, positions)`` (``base=`` passed only when given), checked to be a tensor of
+    x's shape. An error in the learner's code becomes a failure that names the rule about positions."""
+    kwargs = {} if base is None else {"base": base}
+    label = (f"{what}(x of shape {tuple(x.shape)}, positions of shape {tuple(torch.as_tensor(positions).shape)}"
+             + (f", base={base:g})" if base is not None else ")"))
+    try:
+        out = checks.call(fn, x, positions, what=what, **kwargs)
+    except AssertionError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - any error of the learner's code, named by the rule it breaks
+        raise AssertionError(f"{label} raised {type(exc).__name__}: {exc}. The rule: {POSITIONS_RULE}.") from None
+    checks.check_shape(out, tuple(x.shape), label)
+    return out
+
+
+def rotated_unit_vectors(fn, head_dim: int, position, *, base=None):
+    """The learner's rotation of every unit vector e_0 .. e_{Dh-1} at one ``position``: a (Dh, Dh) tensor whose
+    row j is ``apply_rope(e_j)``, i.e. the transpose of the rotation matrix (the columns of R are the rows here)."""
+    eye = torch.eye(head_dim)                                           # (T = Dh rows, Dh): row j is e_j
+    positions = torch.full((head_dim,), position, dtype=torch.long)     # every row at the same position
+    return rope(fn, eye, positions, base=base)
+
+
+def make_rotary(cls, d_model: int, n_heads: int, *, generator: torch.Generator, **kwargs):
+    """A fresh learner ``RotarySelfAttention(d_model, n_heads, **kwargs)`` in eval mode with random weights."""
+    attn = checks.call(cls, d_model, n_heads, what="RotarySelfAttention.__init__", **kwargs)
+    checks.randomise_weights(attn, generator, "your RotarySelfAttention")
+    return attn.eval()
+
+
+def rotary_output(attn, x, what: str, **kwargs):
+    """The learner's ``attn(x, **kwargs)`` (``positions=``, ``causal=``), checked to be one (B, T, D) tensor."""
+    try:
+        out = checks.call(attn, x, what="RotarySelfAttention.forward", **kwargs)
+    except AssertionError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - any error of the learner's code, named by the rule it breaks
+        raise AssertionError(f"{what} raised {type(exc).__name__}: {exc}. forward(x (B, T, D), positions=None or (T,) "
+                             f"or (B, T), causal=True) splits the heads into (B, H, T, Dh) and rotates q and k there, "
+                             f"with apply_rope: {POSITIONS_RULE}.") from None
+    checks.check_type(out, torch.Tensor, f"{what} (forward should return the output tensor only)")
+    checks.check_shape(out, tuple(x.shape), what)
+    return out
+
+
+def llama_output(attn, x, n_heads: int, *, base: float = 10000.0, positions=None, causal: bool = True):
+    """``transformers``' ``LlamaAttention`` holding a copy of the learner's weights, on ``x`` at ``positions``."""
+    state = checks.call(attn.state_dict, what="RotarySelfAttention.state_dict")
+    oracle = to_llama_attention(state, n_heads, base=base)
+    return llama_attention_forward(oracle, x, positions, causal)
+
+
+def alibi(fn, n_heads: int, T_q: int, T_k: int):
+    """The learner's ``alibi_bias(n_heads, T_q, T_k)``, checked to be an (H, T_q, T_k) float tensor."""
+    out = checks.call(fn, n_heads, T_q, T_k, what="alibi_bias")
+    what = f"alibi_bias({n_heads}, {T_q}, {T_k})"
+    checks.check_shape(out, (n_heads, T_q, T_k), what)
+    checks.check(out.is_floating_point(), f"{what} should be a float tensor (it is added to the scores); yours is {out.dtype}.")
+    return out
+
+
+def allowed(T_q: int, T_k: int) -> torch.Tensor:
+    """(T_q, T_k) bool, True where query i may see key j: j <= i + T_k - T_q (queries aligned to the last keys)."""
+    return torch.arange(T_k)[None, :] <= torch.arange(T_q)[:, None] + (T_k - T_q)
