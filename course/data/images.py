@@ -28,7 +28,7 @@ import torch
 __all__ = ["ImageSplits", "digits", "subset", "random_shift", "shapes", "GLYPHS", "SHAPE_CLASSES"]
 
 # what `digits` imports when it is first called (about 1.5 s): a warm grading sandbox imports it once
-# per batch instead of once per submission (see course.grading.sandboxed.worker._warm)
+# per batch instead of once per submission (see course.grading.sandboxed.zygote.warm_imports)
 WARM_IMPORTS = ("sklearn.datasets",)
 
 SHAPE_CLASSES = ("different", "same")

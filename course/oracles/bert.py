@@ -41,7 +41,7 @@ __all__ = [
     "hf_attention_mask", "hf_forward",
 ]
 
-# Imported ahead by a warm grading sandbox along with this module (course.grading.sandboxed.worker._warm): the
+# Imported ahead by a warm grading sandbox along with this module (course.grading.sandboxed.zygote.warm_imports): the
 # model code the bridge builds, about 5 s to import, paid once per batch, not once per submission.
 WARM_IMPORTS = ("transformers.models.bert.modeling_bert",)
 

@@ -32,7 +32,7 @@ import torch
 
 __all__ = ["gpt2_config", "gpt2_state_dict", "to_gpt2", "gpt2_logits"]
 
-# Imported ahead by a warm grading sandbox along with this module (course.grading.sandboxed.worker._warm): the
+# Imported ahead by a warm grading sandbox along with this module (course.grading.sandboxed.zygote.warm_imports): the
 # model code the bridge builds, about 5 s to import, paid once per batch, not once per submission.
 WARM_IMPORTS = ("transformers.models.gpt2.modeling_gpt2",)
 
