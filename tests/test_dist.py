@@ -50,3 +50,22 @@ def test_audit_catches_a_leak(handout):
     assert any("copy.ipynb" in p for p in problems) and any("helpers_leak.py" in p for p in problems), problems
     twins = [p for p in problems if "helpers_twin.py" in p]
     assert len(twins) == 1 and "cut_into_squares" in twins[0] and "patchify" in twins[0], problems
+
+
+def test_audit_refuses_a_notebook_that_shows_another_lessons_answer(tmp_path):
+    """A lesson's notebook may repeat a line an answer shares (a signature, a given line), but a later lesson's
+    experiment that copies an earlier lesson's graded code is a leak the per-notebook exemption let through."""
+    import nbformat
+
+    from course.commands.lessons import root
+    from course.tools.dist import _solution_lines_by_cell, audit
+
+    (lesson, gid), lines = max(_solution_lines_by_cell(root()).items(), key=lambda kv: len(kv[1]))
+    other = next(p.parent.name for p in sorted((root() / "notebooks").glob("*/*.ipynb")) if p.parent.name != lesson)
+    dest = tmp_path / "handout" / "notebooks" / other
+    dest.mkdir(parents=True)
+    nb = nbformat.read(str(root() / "notebooks" / other / f"{other}.ipynb"), as_version=4)
+    nb.cells.append(nbformat.v4.new_code_cell("\n".join(sorted(lines))))
+    nbformat.write(nb, str(dest / f"{other}.ipynb"))
+    problems = [p for p in audit(tmp_path / "handout") if "answer to" in p]
+    assert problems and lesson in problems[0] and gid in problems[0], problems

@@ -163,6 +163,23 @@ def _answers(base: Path) -> tuple[set[str], set[str], set[str]]:
     return names, solution_lines, hidden_lines
 
 
+def _solution_lines_by_cell(base: Path) -> dict[tuple[str, str], set[str]]:
+    """Each solution cell's code lines (as :func:`_answers` counts them), by (lesson, grade_id)."""
+    import nbformat
+
+    found = {}
+    for lesson in all_lessons(base):
+        nb = nbformat.read(str(lesson.solution), as_version=4)
+        for cell in nb.cells:
+            meta = cell.get("metadata", {}).get("nbgrader", {})
+            if meta.get("solution") and cell.cell_type == "code":
+                lines = set()
+                for block in re.findall(r"### BEGIN SOLUTION(.*?)### END SOLUTION", cell.source, re.S):
+                    lines |= {ln.strip() for ln in block.splitlines() if len(ln.strip()) > 40}
+                found[(lesson.id, str(meta.get("grade_id")))] = lines
+    return found
+
+
 # Run in a child process by audit(): executing lessons and shipped helpers must not touch the caller's state.
 _TWIN_PROBE = r"""
 import contextlib, copy, importlib.util, inspect, io, json, os, sys, textwrap
@@ -302,6 +319,7 @@ def audit(dest: Path, base: Path | None = None) -> list[str]:
     base = base or root()
     dest = Path(dest)
     names, solution_lines, hidden_lines = _answers(base)
+    by_cell = _solution_lines_by_cell(base)
     problems = []
     for forbidden in ("solutions", "tests", "autograde/workspace", "course/tools", "course/grading"):
         if (dest / forbidden).exists():
@@ -318,6 +336,16 @@ def audit(dest: Path, base: Path | None = None) -> list[str]:
         if rel.startswith("notebooks/"):
             import nbformat
             shown = {ln.strip() for c in nbformat.reads(text, as_version=4).cells for ln in c.source.splitlines()}
+            # A lesson's notebook may show lines a solution shares (a signature, a given line, GPT-2's
+            # initialisation), but not a third or more of another lesson's answer to an exercise (a later
+            # lesson's experiment that copies an earlier graded class).
+            lesson = rel.split("/")[1]
+            for (other, gid), lines in by_cell.items():
+                copied = sorted(lines & shown)
+                if other != lesson and len(copied) >= 3 and len(copied) >= 0.3 * len(lines):
+                    problems.append(f"{rel} shows {len(copied)} lines of lesson {other}'s answer to {gid} (e.g. "
+                                    f"{copied[0][:60]!r}): write that experiment another way, or import it from "
+                                    "course/ as a model that is not a graded answer")
         for line in (solution_lines | hidden_lines) - shown:
             if line in text:
                 problems.append(f"{rel} contains a line of a solution or hidden test: {line[:80]!r}")
