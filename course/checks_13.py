@@ -31,12 +31,7 @@ def rope(fn, x, positions, *, base=None, what: str = "apply_rope"):
     kwargs = {} if base is None else {"base": base}
     label = (f"{what}(x of shape {tuple(x.shape)}, positions of shape {tuple(torch.as_tensor(positions).shape)}"
              + (f", base={base:g})" if base is not None else ")"))
-    try:
-        out = checks.call(fn, x, positions, what=what, **kwargs)
-    except AssertionError:
-        raise
-    except Exception as exc:  # noqa: BLE001 - any error of the learner's code, named by the rule it breaks
-        raise AssertionError(f"{label} raised {type(exc).__name__}: {exc}. The rule: {POSITIONS_RULE}.") from None
+    out = checks.call(fn, x, positions, what=label, hint=f"The rule: {POSITIONS_RULE}.", **kwargs)
     checks.check_shape(out, tuple(x.shape), label)
     return out
 
@@ -58,14 +53,9 @@ def make_rotary(cls, d_model: int, n_heads: int, *, generator: torch.Generator, 
 
 def rotary_output(attn, x, what: str, **kwargs):
     """The learner's ``attn(x, **kwargs)`` (``positions=``, ``causal=``), checked to be one (B, T, D) tensor."""
-    try:
-        out = checks.call(attn, x, what="RotarySelfAttention.forward", **kwargs)
-    except AssertionError:
-        raise
-    except Exception as exc:  # noqa: BLE001 - any error of the learner's code, named by the rule it breaks
-        raise AssertionError(f"{what} raised {type(exc).__name__}: {exc}. forward(x (B, T, D), positions=None or (T,) "
-                             f"or (B, T), causal=True) splits the heads into (B, H, T, Dh) and rotates q and k there, "
-                             f"with apply_rope: {POSITIONS_RULE}.") from None
+    out = checks.call(attn, x, what=what, hint=f"forward(x (B, T, D), positions=None or (T,) or (B, T), causal=True) "
+                      f"splits the heads into (B, H, T, Dh) and rotates q and k there, with apply_rope: {POSITIONS_RULE}.",
+                      **kwargs)
     checks.check_type(out, torch.Tensor, f"{what} (forward should return the output tensor only)")
     checks.check_shape(out, tuple(x.shape), what)
     return out

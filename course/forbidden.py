@@ -730,28 +730,22 @@ def lesson_names(source_nb) -> set[str]:
 
 
 def integrity_pieces() -> dict:
-    """The pieces the check of forbidden calls runs on, by name (this module's and ``course.checks``'s):
-    the grading worker takes them before any learner's code runs and compares them after each check, so
-    a notebook that replaced one is reported and fails the tests that use the check."""
+    """Every piece the check of forbidden calls runs on, by name: each function and class of this module (and
+    each method of those classes), and ``course.checks.forbidden_targets``. The grading worker takes them,
+    with their code, before any learner's code runs, and compares them at each check (a notebook that
+    replaced one, or swapped its ``__code__``, fails the tests that use the check and is reported)."""
+    import types
+
     from course import checks
 
-    return {"course.forbidden.Guard.__enter__": Guard.__dict__.get("__enter__"),
-            "course.forbidden.Guard.__exit__": Guard.__dict__.get("__exit__"),
-            "course.forbidden.Guard.refuse": Guard.__dict__.get("refuse"),
-            "course.forbidden._Kernels.__torch_dispatch__": _Kernels.__dict__.get("__torch_dispatch__"),
-            "course.forbidden._Functions.__torch_function__": _Functions.__dict__.get("__torch_function__"),
-            "course.checks.forbidden_targets": checks.__dict__.get("forbidden_targets"),
-            "course.forbidden.Guard": globals().get("Guard"),
-            "course.forbidden.OutsidePyTorch": globals().get("OutsidePyTorch"),
-            "course.forbidden.OutsidePyTorch.__call__": OutsidePyTorch.__dict__.get("__call__"),
-            "course.forbidden.other_threads": globals().get("other_threads"),
-            "course.forbidden.tasks_created": globals().get("tasks_created"),
-            "course.forbidden.integrity_pieces": globals().get("integrity_pieces"),
-            # lesson 16's Triton mode: what reads a launch's kernel and measures the interpreter's arrays
-            "course.forbidden._TritonWatch.start": _TritonWatch.__dict__.get("start"),
-            "course.forbidden._TritonWatch.stop": _TritonWatch.__dict__.get("stop"),
-            "course.forbidden._launch_problems": globals().get("_launch_problems"),
-            "course.forbidden._read_function": globals().get("_read_function"),
-            "course.forbidden._by_triton": globals().get("_by_triton"),
-            "course.forbidden._moved_by_triton": globals().get("_moved_by_triton"),
-            "course.forbidden._triton_frame": globals().get("_triton_frame")}
+    pieces = {"course.checks.forbidden_targets": checks.__dict__.get("forbidden_targets")}
+    for name, obj in list(globals().items()):
+        if isinstance(obj, types.FunctionType) and obj.__module__ == __name__:
+            pieces[f"course.forbidden.{name}"] = obj
+        elif isinstance(obj, type) and obj.__module__ == __name__:
+            pieces[f"course.forbidden.{name}"] = obj
+            for attr, member in list(vars(obj).items()):
+                member = getattr(member, "__func__", member)          # staticmethod, classmethod
+                if isinstance(member, types.FunctionType):
+                    pieces[f"course.forbidden.{name}.{attr}"] = member
+    return pieces

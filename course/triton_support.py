@@ -21,7 +21,7 @@ import os
 import platform
 import sys
 
-__all__ = ["SUPPORTED", "WHERE", "available", "status", "setup", "interpreting", "TileCounter"]
+__all__ = ["SUPPORTED", "WHERE", "available", "status", "setup", "prefer_interpreter", "interpreting", "TileCounter"]
 
 SUPPORTED = sys.platform == "linux" and platform.machine() in ("x86_64", "AMD64")
 WHERE = ("Triton installs on Linux x86-64 only (pip install triton, about 1 GB; `make setup` installs it there). "
@@ -62,6 +62,21 @@ def status() -> tuple[str | None, str]:
 def interpreting() -> bool:
     """Whether kernels decorated from now on run in Triton's interpreter (``TRITON_INTERPRET=1``)."""
     return os.environ.get("TRITON_INTERPRET", "0").lower() in ("1", "true", "on", "yes")
+
+
+def prefer_interpreter() -> None:
+    """Turn the interpreter on for this process where there is no CUDA GPU, before anything imports ``triton``.
+
+    For a process that loads other libraries before a notebook's set-up cell (the grader's warm sandbox): some
+    import ``triton`` as they load (``transformers``, through PyTorch's check for Triton), and a ``triton``
+    imported without the interpreter cannot run kernels on a CPU. Does nothing once ``triton`` is imported.
+    """
+    if "triton" in sys.modules or interpreting() or not available():
+        return
+    import torch
+
+    if not torch.cuda.is_available():
+        os.environ["TRITON_INTERPRET"] = "1"
 
 
 def setup(run):

@@ -157,3 +157,55 @@ def test_the_exchange_trusts_identity_not_names(learners, tmp_path):
         assert float(rows[ALICE]["score"]) == float(rows[ALICE]["max_score"]) > 0, (rows, r.stdout[-2000:])
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def test_a_file_rewritten_after_the_check_is_timed_by_its_rewrite(tmp_path):
+    """Collect times a folder (verify), then copies it: a learner watching their own folder can rewrite the
+    notebook in between. The time recorded is the latest ctime of what was copied, read on the open files."""
+    import time
+
+    from course.tools import exchange
+
+    folder = tmp_path / "mallory+lesson+2026-01-01 00:00:00.000000 UTC"
+    folder.mkdir()
+    (folder / "lesson.ipynb").write_text("early")
+    checked, why = exchange.verify(folder, "mallory", same_account=True)
+    assert why == "" and checked is not None
+    time.sleep(0.05)
+    (folder / "lesson.ipynb").write_text("written after the check")
+    copied = exchange._copy(folder, tmp_path / "collected", None)
+    assert exchange._utc(copied) > checked
+    assert (tmp_path / "collected" / "lesson.ipynb").read_text() == "written after the check"
+
+
+def test_feedback_is_returned_only_under_a_secret_nbgrader_submit_could_have_written(tmp_path, monkeypatch, capsys):
+    """`course workshop return` reads each learner's submission_secret.txt and timestamp.txt: an empty secret
+    stopped nbgrader's release_feedback for every learner after it, and a secret copied from another learner
+    would release one page over the other's. Both are skipped, with a line; the others are returned."""
+    import secrets
+    import types
+
+    from course.tools import workshop
+
+    L = "00_softmax_lookup"
+    good = {"alice": secrets.token_hex(64), "bob": secrets.token_hex(64)}
+    keys = {**good, "eve": "", "mallory": good["bob"], "zed": "not-a-secret"}
+    for student, secret in keys.items():
+        sub = tmp_path / "submitted" / student / L
+        sub.mkdir(parents=True)
+        (sub / "submission_secret.txt").write_text(secret)
+        (sub / "timestamp.txt").write_text("2026-11-28 08:00:00.000000 UTC" if student != "zed" else "soon")
+        page = tmp_path / "feedback" / student / L / f"{L}.html"
+        page.parent.mkdir(parents=True)
+        page.write_text("<p>feedback</p>")
+    ran = []
+    monkeypatch.setattr(workshop, "_workspace", lambda *a, **k: types.SimpleNamespace(path=tmp_path))
+    monkeypatch.setattr(workshop, "_run", lambda ws, what, *args, **kw: ran.append((what, args, sorted(kw["exclude"]))))
+    returned = workshop.give_back([L])
+    said = capsys.readouterr().out
+    # nbgrader's release_feedback reads the keys of every page it is not told to leave out
+    assert returned == {L: ["alice"]} and ran == [("release_feedback", (L,), ["bob", "eve", "mallory", "zed"])], said
+    assert not (tmp_path / "feedback" / "bob" / L / "submission_secret.txt").exists()
+    assert not (tmp_path / "feedback" / "mallory" / L / "submission_secret.txt").exists()
+    for student in ("eve", "zed", "bob, mallory"):
+        assert f"{student}/{L}" in said, said

@@ -31,6 +31,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
+from course.grading import intake
 from hostile import MARK, hostile
 from planting import WRONG_05, build_submission, results_by_key, write_submission
 
@@ -201,7 +202,7 @@ def test_notebooks_that_would_take_the_graders_memory(path_batch):
     got, _, said, peak = path_batch
     for who, what in (("bomb-metadata", "objects and arrays"), ("bomb-outputs", "objects and arrays")):
         r = got[(who, "00_softmax_lookup")]
-        assert r["status"] == "invalid-notebook" and what in r["detail"] and "200,000" in r["detail"], r
+        assert r["status"] == "invalid-notebook" and what in r["detail"] and f"{intake.MAX_JSON_CONTAINERS:,}" in r["detail"], r
     big = got[("big", "00_softmax_lookup")]
     assert big["status"] == "graded" and big["score"] == big["max_score"], big      # its outputs are not graded
     assert peak < PEAK_MB, f"the grader's process peaked at {peak} MiB (bound {PEAK_MB} MiB)"
@@ -265,9 +266,9 @@ def _cpu_why_not() -> str | None:
         return "needs root (to switch autogroup off for its duration; CI runs as root)"
     if not _autogroup().exists():
         return "this kernel has no autogroup switch"
-    from course.grading import cpu, sandbox
+    from course.grading import cgroups, sandbox
 
-    if cpu.share().kind == "nice":
+    if cgroups.share().cpu is None:
         return "the grader may create no cgroup here: sandboxes are only niced (course doctor says so)"
     ok, why = sandbox.available()
     return None if ok else f"needs the sandbox: {why}"
@@ -276,7 +277,7 @@ def _cpu_why_not() -> str | None:
 def test_a_busy_sandbox_does_not_slow_its_neighbour(tmp_path):
     """Autogroup off (as under systemd services and in containers), a sandbox whose learner cell keeps 13
     processes busy beside an honest one: the honest submission takes at most 2x its time beside a neighbour
-    that sleeps as long, because the grader caps each sandbox's CPU itself (course.grading.cpu)."""
+    that sleeps as long, because the grader caps each sandbox's CPU itself (course.grading.cgroups)."""
     why = _cpu_why_not()
     if why:
         pytest.skip(why)
@@ -302,3 +303,31 @@ def test_a_busy_sandbox_does_not_slow_its_neighbour(tmp_path):
         _autogroup().write_text(before)
     alone_s = min(times["alone"], times["alone again"])
     assert times["beside"] <= 2 * alone_s, times
+
+
+# -- the formgrader's own autograde button -------------------------------------------------------------
+
+PAYLOAD = '''
+import pathlib
+pathlib.Path({note!r}).write_text("ran unsandboxed")
+'''
+
+
+def test_nbgraders_own_autograde_refuses_to_run_a_submission(tmp_path, monkeypatch):
+    """The formgrader's lightning button (and `nbgrader autograde`) would execute a submission in a plain kernel, as
+    the instructor. In a course workspace it stops before any cell runs, and says to grade with `course grade`."""
+    from course.tools import nbgrader_guard
+    from course.tools.workspace import Workspace, quiet_logs
+
+    monkeypatch.delenv(nbgrader_guard.ALLOW, raising=False)
+    L00 = "00_softmax_lookup"
+    ws = Workspace(tmp_path / "grades", exchange=tmp_path / "exchange").prepare([L00])
+    ws.generate(L00)
+    note = tmp_path / "ran"
+    write_submission(ws.path / "submitted", "mallory", L00, _with_cell(build_submission(L00), PAYLOAD.format(note=str(note))))
+    with quiet_logs():
+        out = ws.api().autograde(L00, "mallory", force=True, create=True)
+    said = f"{out.get('error')}\n{out.get('log')}"
+    assert not out.get("success") and "course grade" in said, said[-2000:]
+    assert not note.exists(), "nbgrader's autograde ran the submission"
+    assert not (ws.path / "autograded" / "mallory" / L00 / f"{L00}.ipynb").exists()

@@ -370,10 +370,8 @@ class BatchRun:
         prev = self.previous.get((student, lesson))
         if _reusable(prev, digest) and (copy.is_file() or not self.keep_submitted):
             return self._finish(_kept(prev), kept=True)
-        nb, problem = read_notebook(path)
-        if nb is not None and self.keep_submitted:
-            # nbgrader's own layout: the formgrader counts a lesson's submissions in submitted/.
-            atomic_write(copy, nbformat.writes(nb))
+        # nbgrader's own layout: the formgrader counts a lesson's submissions in submitted/ (the file as handed in).
+        nb, problem = read_notebook(path, keep=copy if self.keep_submitted else None)
         if _reusable(prev, digest):
             return self._finish(_kept(prev), kept=True)
         if nb is None:

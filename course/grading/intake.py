@@ -6,8 +6,9 @@ is wrong becomes a reason, never an exception."""
 
 from __future__ import annotations
 
-import stat
+import array
 import copy
+import stat
 import os
 import re
 import threading
@@ -15,16 +16,21 @@ from pathlib import Path
 
 import nbformat
 
+from course.grading.results import atomic_write
+
 MAX_NOTEBOOK_BYTES = 100 * 2**20       # a notebook larger than this is refused unread
 MAX_CELLS = 2000                        # more cells than this: refused (rendering them would take minutes)
 MAX_SOURCE_CHARS = 4_000_000            # characters of cell sources (code, Markdown, raw) a notebook may hold
-# What the JSON of a notebook may hold, counted before it is parsed. An executed lesson holds a few thousand
-# objects and arrays and well under 100 000 values; millions of empty objects in its metadata took the
-# grader's process to 3.7 GB for an 8 MiB file (16.6 GB for 95 MiB).
-MAX_JSON_CONTAINERS = 200_000           # objects and arrays
-MAX_JSON_VALUES = 2_000_000             # values of every kind (strings, numbers, objects, arrays...)
+# What the JSON of a notebook may hold, counted before it is parsed. An executed lesson holds under 1 000 objects
+# and arrays and under 10 000 values (all 16, `make run`); millions of empty objects in its metadata took the
+# grader's process to 3.7 GB for an 8 MiB file (16.6 GB for 95 MiB), and 200 000 small objects to +350 MB each.
+MAX_JSON_CONTAINERS = 50_000            # objects and arrays
+MAX_JSON_VALUES = 500_000               # values of every kind (strings, numbers, objects, arrays...)
 MAX_JSON_DEPTH = 64                     # nesting
-BIG_NOTEBOOK = 16 * 2**20               # notebooks larger than this are parsed one at a time in a batch
+# Notebooks whose parse holds the most memory are parsed one at a time in a batch: larger than this, or with
+# more values than this (a parsed value costs about 100 bytes, its text often under 5).
+BIG_NOTEBOOK = 16 * 2**20
+BIG_VALUES = 100_000
 _BIG = threading.BoundedSemaphore(1)
 _STRING = re.compile(rb'"(?:[^"\\]++|\\.)*+"')     # a JSON string, escapes included (possessive: no backtracking)
 _BRACKETS = bytes(range(256)).translate(None, b"[]{}")  # every byte but the four brackets
@@ -89,7 +95,7 @@ def find_notebook(folder: Path, lesson: str) -> tuple[Path | None, str]:
     return None, f"expected {lesson}.ipynb in {folder}; found {found}. Ask the student to hand in {lesson}.ipynb."
 
 
-def read_notebook(path: Path):
+def read_notebook(path: Path, keep: Path | None = None):
     """The submission as an nbformat notebook, or a readable reason why it is not one.
 
     Opened with ``O_NOFOLLOW | O_NONBLOCK`` and checked again on the open file (a regular file with one
@@ -100,10 +106,25 @@ def read_notebook(path: Path):
     except OSError as exc:
         problem = _link_problem(path, "the notebook")
         return None, problem or f"cannot read {path.name}: {exc.strerror or exc}"
+    held: list = []
+    try:
+        return _read_open(path, fd, keep, held)
+    finally:
+        if held:                             # one heavy notebook at a time: the grader's peak memory stays bounded
+            _BIG.release()
+
+
+def _read_open(path: Path, fd: int, keep: Path | None, held: list):
+    """:func:`read_notebook` on the open ``fd`` (closed here). Takes :data:`_BIG` (and says so in ``held``) for a
+    file larger than :data:`BIG_NOTEBOOK` before reading it, and for one with more than :data:`BIG_VALUES` values
+    before parsing it."""
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode) or st.st_nlink > 1 or st.st_size > MAX_NOTEBOOK_BYTES:
             return None, _link_problem(path, "the notebook") or f"{path.name} is not a plain notebook file"
+        if st.st_size > BIG_NOTEBOOK:
+            _BIG.acquire()
+            held.append(True)
         with os.fdopen(fd, "rb", closefd=False) as fh:
             data = fh.read(MAX_NOTEBOOK_BYTES + 1)
     except OSError as exc:
@@ -112,52 +133,71 @@ def read_notebook(path: Path):
         os.close(fd)
     if len(data) > MAX_NOTEBOOK_BYTES:
         return None, f"{path.name} is larger than the {MAX_NOTEBOOK_BYTES // 2**20} MiB a notebook may be."
-    problem = json_bounds(data)
-    if problem:
-        return None, (f"{path.name} {problem}. A lesson's notebook, run and saved, is far below that: clear the outputs "
+    counted = json_counts(data)
+    if isinstance(counted, str):
+        return None, (f"{path.name} {counted}. A lesson's notebook, run and saved, is far below that: clear the outputs "
                       "(Edit > Clear Outputs of All Cells), save, and hand it in again.")
-    big = len(data) > BIG_NOTEBOOK
-    if big:                                  # one large notebook at a time: the grader's peak memory stays bounded
+    if not held and (len(data) > BIG_NOTEBOOK or counted[1] > BIG_VALUES):
         _BIG.acquire()
-    try:
-        return _parsed(path, data)
-    finally:
-        if big:
-            _BIG.release()
+        held.append(True)
+    if keep is not None:                     # the file as handed in, from the bytes read (not from a parse)
+        atomic_write(keep, data)
+    pieces = [data]
+    del data                                 # parsed from `pieces`, which lets go of the bytes once decoded
+    nb, problem = _parsed(path, pieces)
+    if nb is None and keep is not None:
+        keep.unlink(missing_ok=True)
+    return nb, problem
 
 
 def json_bounds(data: bytes) -> str | None:
-    """What in ``data`` (a notebook's JSON, not parsed yet) is over the caps (:data:`MAX_JSON_CONTAINERS`,
-    :data:`MAX_JSON_VALUES`, :data:`MAX_JSON_DEPTH`), in words; None when it is within them. Counted on the
-    bytes, without building a single Python object per value: strings are taken out first, then the
-    brackets and commas that are left are counted (a comma separates two values)."""
+    """What in ``data`` (a notebook's JSON, not parsed yet) is over the caps, in words; None when it is within them."""
+    counted = json_counts(data)
+    return counted if isinstance(counted, str) else None
+
+
+def json_counts(data: bytes) -> tuple[int, int] | str:
+    """``(objects and arrays, values)`` in ``data``, a notebook's JSON not parsed yet, or what in it is over the
+    caps (:data:`MAX_JSON_CONTAINERS`, :data:`MAX_JSON_VALUES`, :data:`MAX_JSON_DEPTH`), in words.
+
+    Counted on the bytes without copying them and without building a Python object per value: brackets and
+    commas are counted over the whole text, less those inside strings (each string's span counted in place);
+    a comma separates two values. The nesting is followed on the text between strings, a piece at a time."""
     quotes = data.count(b'"')
     if quotes > 2 * MAX_JSON_VALUES + data.count(b'\\"'):
         return f"holds more than {MAX_JSON_VALUES:,} strings (the cap on a notebook's values)"
-    bare = _STRING.sub(b"0", data)
-    containers = bare.count(b"{") + bare.count(b"[")
+    containers, commas = data.count(b"{") + data.count(b"["), data.count(b",")
+    gaps = array.array("q", [0])             # the text between strings: start, end, start, ... (16 bytes a string)
+    for m in _STRING.finditer(data):
+        i, j = m.span()
+        containers -= data.count(b"{", i, j) + data.count(b"[", i, j)
+        commas -= data.count(b",", i, j)
+        gaps.extend((i, j))
+    gaps.append(len(data))
     if containers > MAX_JSON_CONTAINERS:
         return (f"holds {containers:,} JSON objects and arrays, more than the {MAX_JSON_CONTAINERS:,} a notebook may "
                 "(metadata or outputs padded with empty objects?)")
-    values = bare.count(b",") + containers
+    values = commas + containers
     if values > MAX_JSON_VALUES:
         return f"holds {values:,} JSON values, more than the {MAX_JSON_VALUES:,} a notebook may"
     depth = deepest = 0
-    for byte in bare.translate(None, _BRACKETS):
-        depth += 1 if byte in (0x5B, 0x7B) else -1
-        if depth > deepest:
-            deepest = depth
-            if deepest > MAX_JSON_DEPTH:
-                return f"nests JSON more than {MAX_JSON_DEPTH} levels deep (a notebook needs about ten)"
-    return None
+    view = memoryview(data)
+    for start, end in zip(gaps[::2], gaps[1::2]):
+        for at in range(start, end, 1 << 20):                   # the text between two strings, 1 MiB at a time
+            for byte in view[at:min(end, at + (1 << 20))].tobytes().translate(None, _BRACKETS):
+                depth += 1 if byte in (0x5B, 0x7B) else -1
+                if depth > deepest:
+                    deepest = depth
+                    if deepest > MAX_JSON_DEPTH:
+                        return f"nests JSON more than {MAX_JSON_DEPTH} levels deep (a notebook needs about ten)"
+    return containers, values
 
 
-def _parsed(path: Path, data: bytes):
+def _parsed(path: Path, held: list[bytes]):
     try:
-        text = data.decode("utf-8")
+        text = held.pop().decode("utf-8")          # the bytes are let go of here: no one else holds them
     except UnicodeDecodeError as exc:
         return None, f"cannot read {path.name}: {exc}"
-    del data
     try:
         nb = nbformat.reads(text, as_version=4)
     except Exception as exc:  # noqa: BLE001 - JSON or schema errors of every kind

@@ -37,7 +37,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from course.grading import cpu
+from course.grading import cgroups
 
 __all__ = ["Limits", "available", "describe", "worker_command", "INSTALL_HINT"]
 
@@ -105,6 +105,9 @@ class Limits:
         resource.setrlimit(resource.RLIMIT_CPU, (self.cpu_seconds, self.cpu_seconds + 5))
         resource.setrlimit(resource.RLIMIT_FSIZE, (self.file_mb * 2**20, self.file_mb * 2**20))
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        # no POSIX message queue (they outlive their processes and a warm sandbox cannot list them to remove
+        # them, as it removes System V objects between submissions: course.grading.sandboxed.zygote)
+        resource.setrlimit(resource.RLIMIT_MSGQUEUE, (0, 0))
         # Counted per host uid: it binds the sandbox's own uid (sandbox_uid()), and the grader's uid when it is not root.
         resource.setrlimit(resource.RLIMIT_NPROC, (self.processes, self.processes))
 
@@ -353,15 +356,16 @@ def launch_zygote(scratch_base: Path, warm: Sequence[str], limits: Limits, uid: 
     try:
         cmd = worker_command(sandbox=True, zygote=True, warm=warm, ctrl_fd=theirs.fileno(), inbox=inbox,
                              limits=limits, uid=uid, scratch_root=Path(scratch_base).parent)
-        group = cpu.share().new_group()            # its own CPU share (course.grading.cpu)
+        # its own share of the CPU and of memory (course.grading.cgroups)
+        group = cgroups.share().new_group(cgroups.sandbox_bytes(limits.memory_mb, limits.scratch_mb))
 
         def before_exec():
             limits.apply()
-            cpu.enter(group)
+            cgroups.enter(group)
 
         proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                 pass_fds=[theirs.fileno()], start_new_session=True, preexec_fn=before_exec)
-        proc.cpu_group = group                       # removed once the sandbox has ended (judge.session.terminate)
+        proc.cgroup = group                       # removed once the sandbox has ended (judge.session.terminate)
     except BaseException:
         ours.close()
         remove_scratch(inbox)
@@ -452,4 +456,4 @@ def describe(unsafe: bool, probe: bool = True) -> str:
     ok, why = available() if probe else (True, "")
     user = "a uid of its own per judge" if os.geteuid() == 0 else "your uid in a user namespace"
     return (f"bubblewrap sandbox per submission ({user}, no network, private /tmp, read-only Python and course "
-            f"package, nothing else of this machine visible; CPU: {cpu.describe()})") if ok else why
+            f"package, nothing else of this machine visible; CPU and memory: {cgroups.describe()})") if ok else why

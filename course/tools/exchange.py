@@ -92,13 +92,23 @@ def verify(folder: Path, student: str, *, same_account: bool = False) -> tuple[d
             latest = max(latest, st.st_ctime)
     if size > MAX_BYTES:
         return None, f"it holds {size / 2**20:.0f} MiB, more than the {MAX_BYTES // 2**20} MiB a submission may"
-    return datetime.datetime.fromtimestamp(latest, datetime.timezone.utc).replace(tzinfo=None), ""
+    return _utc(latest), ""
 
 
-def _copy(src: Path, dest: Path, uid: int | None) -> None:
+def _utc(seconds: float) -> datetime.datetime:
+    """A ``ctime`` as a naive UTC datetime (as nbgrader's gradebook keeps times)."""
+    return datetime.datetime.fromtimestamp(seconds, datetime.timezone.utc).replace(tzinfo=None)
+
+
+def _copy(src: Path, dest: Path, uid: int | None) -> float:
     """Copy the folder ``src`` to ``dest``, each file opened with ``O_NOFOLLOW`` and checked again on the
-    open descriptor (a plain file of ``uid``): a file swapped for a link after :func:`verify` is refused."""
+    open descriptor (a plain file of ``uid``): a file swapped for a link after :func:`verify` is refused.
+
+    Returns the latest ``ctime`` of what was copied, read on each open file after its copy: a file rewritten
+    after :func:`verify` timed the folder (a learner watching their own folder for the collector) is timed
+    by its rewrite, not by the folder's earlier state."""
     dest.mkdir(parents=True, exist_ok=True)
+    latest = os.lstat(src).st_ctime
     for here, dirs, files in os.walk(src, followlinks=False):
         rel = Path(here).relative_to(src)
         for name in dirs:
@@ -116,8 +126,10 @@ def _copy(src: Path, dest: Path, uid: int | None) -> None:
                         if remaining < 0:
                             raise PermissionError(f"{name} grew past {MAX_BYTES // 2**20} MiB")
                         out.write(chunk)
+                latest = max(latest, os.fstat(fd).st_ctime)
             finally:
                 os.close(fd)
+    return latest
 
 
 def refused_report(root: Path, lesson: str) -> Path:
@@ -202,13 +214,18 @@ class CourseCollect(ExchangeCollect):
                 shutil.rmtree(dest)
             uid = None if self.same_account else os.lstat(src).st_uid
             try:
-                _copy(src, dest, uid)
+                copied = _copy(src, dest, uid)
             except OSError as exc:            # changed between the check and the copy: refused too
                 shutil.rmtree(dest, ignore_errors=True)
                 self.refused.append({"folder": rec["filename"], "student": student, "why": str(exc)})
                 continue
-            mark.write_text(json.dumps({"folder": rec["filename"], "time": rec["timestamp"].isoformat() + "Z"}) + "\n",
-                            encoding="utf-8")
+            when = max(rec["timestamp"], _utc(copied))
+            if when > rec["timestamp"]:       # rewritten while being collected: its time is the rewrite's
+                self.log.warning("%s changed while it was collected: timed %s, not %s", rec["filename"], when,
+                                 rec["timestamp"])
+            mark.write_text(json.dumps({"folder": rec["filename"], "time": when.isoformat() + "Z",
+                                        **({"late": True} if self.duedate is not None and when > self.duedate
+                                           else {})}) + "\n", encoding="utf-8")
             self.log.info("Collected submission: %s %s", student, self.coursedir.assignment_id)
         report = refused_report(Path(self.coursedir.root), self.coursedir.assignment_id)
         report.write_text(json.dumps(self.refused, indent=1) + "\n", encoding="utf-8")

@@ -19,7 +19,9 @@ must use the same exchange and course id (``course lab --exchange ... --course-i
 from __future__ import annotations
 
 import json
+import re
 import shutil
+from pathlib import Path
 
 from course.commands import lab
 from course.commands.lessons import all_lessons, resolve
@@ -113,30 +115,66 @@ def give_back(lesson_names, *, grades=None, exchange=None, cid=None) -> dict[str
     ws = _workspace(grades, exchange, cid, lessons)
     returned = {}
     for l in lessons:
-        students = []
+        students, secrets, skipped = [], {}, []
         for page in sorted((ws.path / "feedback").glob(f"*/{l.id}/{l.id}.html")):
             student = page.parent.parent.name
-            submitted = ws.path / "submitted" / student / l.id
-            # nbgrader matches feedback to a submission by the secret and time nbgrader submit wrote.
-            missing = [n for n in ("timestamp.txt", "submission_secret.txt") if not (submitted / n).is_file()]
-            if missing:
-                print(f"  {student}/{l.id}: not submitted through the exchange ({', '.join(missing)} missing): skipped")
+            skipped.append(student)                 # until its keys are checked and copied below
+            # nbgrader matches feedback to a submission by the secret and time nbgrader submit wrote: both are the
+            # learner's files, read and checked here (one bad pair stopped release_feedback for everyone).
+            secret, why = submission_keys(ws.path / "submitted" / student / l.id)
+            if why:
+                print(f"  {student}/{l.id}: {why}: skipped")
                 continue
+            secrets.setdefault(secret, []).append((student, page))
+        for secret, holders in secrets.items():
+            if len(holders) > 1:         # a page is released under its secret's hash: one would replace the other
+                print(f"  {', '.join(s for s, _ in holders)}/{l.id}: the same submission secret in {len(holders)} "
+                      "submissions (copied from another learner's?): none of them returned; ask each to submit again")
+                continue
+            student, page = holders[0]
+            submitted = ws.path / "submitted" / student / l.id
             for n in ("timestamp.txt", "submission_secret.txt"):
                 shutil.copyfile(submitted / n, page.parent / n)
+            skipped.remove(student)
             # nbgrader's exchange gives each learner their page by name, not by owner: it is copied
             # (mode and all) to a file named by the submission's secret in a folder learners may
             # enter but not list (0711). The grader writes pages 0600, which only the host could read
             # back, and a learner's fetch_feedback would fail; any reader may open it, none can find it.
             page.chmod(0o644)
             students.append(student)
-        if students:
-            _run(ws, "release_feedback", l.id)
+        if students:                    # nbgrader's release_feedback reads every page's keys: the skipped are left out
+            _run(ws, "release_feedback", l.id, exclude=tuple(skipped))
             returned[l.id] = students
             print(f"returned feedback on {l.id} to {len(students)} learner(s) ({', '.join(students)})")
     if not returned:
         print("course workshop: no graded submission to return yet (collect and grade first).")
     return returned
+
+
+SECRET = re.compile(r"[0-9a-f]{32,256}")     # nbgrader submit writes secrets.token_hex(64)
+
+
+def submission_keys(submitted: Path) -> tuple[str, str]:
+    """``(secret, "")`` for a collected submission whose ``submission_secret.txt`` and ``timestamp.txt`` are what
+    ``nbgrader submit`` writes, else ``("", why)``. Both files are the learner's own: an empty or odd secret made
+    nbgrader's release_feedback stop for every learner after this one."""
+    from nbgrader.utils import parse_utc
+
+    texts = {}
+    for name in ("timestamp.txt", "submission_secret.txt"):
+        path = submitted / name
+        if not path.is_file() or path.is_symlink():
+            return "", f"not submitted through the exchange ({name} missing)"
+        if path.stat().st_size > 1024:
+            return "", f"{name} is not one written by nbgrader submit (too large)"
+        texts[name] = path.read_text(encoding="utf-8", errors="replace").strip()
+    if not SECRET.fullmatch(texts["submission_secret.txt"]):
+        return "", "its submission_secret.txt is not one written by nbgrader submit (ask the learner to submit again)"
+    try:
+        parse_utc(texts["timestamp.txt"])
+    except Exception:  # noqa: BLE001 - dateutil raises several kinds
+        return "", "its timestamp.txt is not a time (ask the learner to submit again)"
+    return texts["submission_secret.txt"], ""
 
 
 def status(*, grades=None, exchange=None, cid=None) -> None:

@@ -30,6 +30,10 @@ c.CourseDirectory.course_id = {course_id!r}
 c.Exchange.root = {exchange!r}
 # Collect by the submission's owner and its files' own times, never by the name's (course/tools/exchange.py).
 c.ExchangeFactory.collect = "course.tools.exchange.CourseCollect"
+# nbgrader's own autograde (the formgrader's lightning button) would run a submission unsandboxed, as you:
+# refused, with a sentence that says to grade with `course grade` (course/tools/nbgrader_guard.py).
+from course.tools.nbgrader_guard import autograde_preprocessors  # noqa: E402
+c.Autograde.sanitize_preprocessors = autograde_preprocessors()
 '''
 
 
@@ -86,9 +90,10 @@ class Workspace:
             shutil.copytree(src, dst, ignore=shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__"))
         return self
 
-    def api(self, *, same_account: bool = False):
+    def api(self, *, same_account: bool = False, exclude: tuple[str, ...] = ()):
         """An ``NbGraderAPI`` bound to this workspace (its config file and gradebook). ``same_account``: every
-        learner uses one Unix account, so collect trusts the names (:class:`course.tools.exchange.CourseCollect`)."""
+        learner uses one Unix account, so collect trusts the names (:class:`course.tools.exchange.CourseCollect`).
+        ``exclude``: students nbgrader's commands leave out (``CourseDirectory.student_id_exclude``)."""
         in_process_alembic_head()
         from nbgrader.apps import NbGraderAPI
         from nbgrader.coursedir import CourseDirectory
@@ -97,6 +102,8 @@ class Workspace:
         cfg = PyFileConfigLoader("nbgrader_config.py", path=str(self.path)).load_config()
         if same_account:
             cfg.CourseCollect.same_account = True
+        if exclude:
+            cfg.CourseDirectory.student_id_exclude = ",".join(exclude)
         coursedir = CourseDirectory(config=cfg)
         return NbGraderAPI(coursedir=coursedir, config=cfg)
 

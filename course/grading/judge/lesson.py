@@ -115,10 +115,11 @@ def _free_names(source: str) -> tuple[str, ...]:
 
 
 def solution_sources(nb) -> dict[str, str]:
-    """Name -> source of the cell that defines it, for names defined in the student's solution cells."""
+    """Name -> source of the definition that runs: the last one, in any of the learner's code cells (a first
+    attempt kept above the answer, or a copy of a solution cell, is overridden as it is in the notebook)."""
     out = {}
     for cell in nb.cells:
-        if cell.cell_type != "code" or not cell.get("metadata", {}).get("nbgrader", {}).get("solution"):
+        if cell.cell_type != "code" or cell.get("metadata", {}).get("nbgrader", {}).get("grade"):
             continue
         try:
             tree = ast.parse(cell.source)

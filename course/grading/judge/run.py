@@ -37,7 +37,7 @@ class _ForbidHook:
         @contextlib.contextmanager
         def hook():
             s = self.session_ref()
-            s.request("forbid", names=list(names), why=why, limit=None if limit is None else int(limit))
+            s.forbid(names, why, limit)
             _, first = s.census()          # nothing but the function under test runs from here
             error = None
             try:
@@ -45,10 +45,14 @@ class _ForbidHook:
             except BaseException as exc:  # noqa: BLE001
                 error = exc
             started, last = s.census() if s.proc is not None and s.proc.poll() is None else (0, first)
-            called = s.request("unforbid") if s.proc is not None and s.proc.poll() is None else []
+            called = s.unforbid() if s.proc is not None and s.proc.poll() is None else []
             if started or last != first:   # the sandbox's PID 1 saw a process or a thread start meanwhile
                 called = [f"your code started a thread or a process while the check of forbidden calls was on "
                           f"(seen by the sandbox itself): this exercise asks you to {why}, in the process that "
+                          "calls your function."] + (called if isinstance(called, list) else [])
+            if s.worker_woke:              # the tests' fork woke the stopped learner's process
+                called = [f"your code woke the process the tests had stopped (its own threads could work for "
+                          f"the function under test): this exercise asks you to {why}, in the process that "
                           "calls your function."] + (called if isinstance(called, list) else [])
             if isinstance(called, list) and called:
                 evasions = [str(c)[:300] for c in called if any(m in str(c) for m in EVASIONS)]
@@ -136,7 +140,11 @@ class SubmissionRun:
         self.total_deadline = time.monotonic() + int(spec.notebook_timeout)
         self.tests = {c.metadata.nbgrader.grade_id: c for c in self.source.cells
                       if c.cell_type == "code" and c.get("metadata", {}).get("nbgrader", {}).get("grade")}
-        self.experiments = {c.get("id") for c in self.source.cells if "experiment" in c.get("metadata", {}).get("tags", [])}
+        experiments = [c for c in self.source.cells if "experiment" in c.get("metadata", {}).get("tags", [])]
+        # An experiment cell is known by its id, or by its source where a notebook has no ids (nbformat 4.4,
+        # as Colab and older Jupyter save it: every experiment then ran, 57 s for lesson 12 instead of 1.5).
+        self.experiments = {c.get("id") for c in experiments if c.get("id")}
+        self.experiment_sources = {c.source for c in experiments}
         self.context = memoised(self.memo, "context", lambda: trusted_context(self.source))
         self.defined_by_student = solution_sources(self.nb)
         self.session = Session(Path(spec.scratch_base), use_sandbox=bool(spec.sandbox), limits=sandbox.Limits(**spec.limits))
@@ -150,13 +158,9 @@ class SubmissionRun:
         self.tested = False                            # a test cell has run: later outputs are not shown
         self.only = set(spec.only_cells) if spec.only_cells is not None else None
         self.fork = None                               # while test cells run: the stand-ins made before the fork
-        runs = [i for i, c in enumerate(self.nb.cells) if c.cell_type == "code" and not (
-            c.get("metadata", {}).get("nbgrader", {}).get("grade") or c.get("id") in self.experiments)]
-        self.last_cell = max(runs, default=-1)         # after it no learner cell runs: the tests need no fork
         self.shown = _Outputs()
         self.restarts = 0
         self.dead = False
-        self.fenced = False                            # tests without a fork: the other processes were ended
         self.phase = {"start": 0.0, "cells": 0.0, "tests": 0.0}
 
     def run(self) -> Reply:
@@ -185,7 +189,7 @@ class SubmissionRun:
             gid = meta.get("grade_id")
             if gid in self.tests:
                 self._test_cell(idx, gid)
-            elif not (meta.get("grade") or cell.get("id") in self.experiments):
+            elif not (meta.get("grade") or cell.get("id") in self.experiments or cell.source in self.experiment_sources):
                 self._learner_cell(idx, cell.source)
 
     def _test_cell(self, idx: int, gid: str) -> None:
@@ -198,13 +202,9 @@ class SubmissionRun:
             return
         self.tested = True
         c0 = time.perf_counter()
-        if self.fork is None and idx >= self.last_cell and not self.fenced:
-            try:                          # the tests talk to the worker itself: every other process ends
-                self.session.fence(None)
-                self.fenced = True
-            except WorkerGone as exc:
-                results[gid] = {"passed": False, "message": _message(exc, self.timeout), "restart": "died"}
-        if self.fork is None and idx < self.last_cell:
+        # Tests always talk to a fork of the worker, even after its last cell: the worker is then stopped, and
+        # the fork has one thread (a learner's OpenMP team or tqdm's monitor thread stay in the worker).
+        if self.fork is None:
             try:
                 self.fork = fork_for_tests(self.session, self.timeout)
             except ProcessLimit as exc:
@@ -266,7 +266,6 @@ class SubmissionRun:
             s0 = time.perf_counter()
             session.start()
             self.phase["start"] += time.perf_counter() - s0
-            self.fenced = False
             try:
                 for idx, src in self.executed:
                     session.deadline = min(time.monotonic() + self.timeout, self.total_deadline)
@@ -298,6 +297,8 @@ class SubmissionRun:
         if session.left_running:
             self.pasted.append(f"left {session.left_running} process(es) running when its tests began (ended then: "
                                "tests call a submission's functions in one process, with nothing else running)")
+        if session.woke_count:
+            self.pasted.append("woke the process the tests had stopped (SIGCONT from the tests' fork)")
         if session.started_in_tests:
             self.pasted.append(f"started {session.started_in_tests} process(es) while its tests ran (each ended "
                                "before the next test or check)")

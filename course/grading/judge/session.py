@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 
 from course import checks
-from course.grading import cpu, sandbox
+from course.grading import cgroups, sandbox
 from course.grading.judge.errors import BUILTIN_ERRORS, ProcessLimit, WorkerGone, rebuild_error
 from course.grading.judge.remote import Remote, copy_back, mirror, trusted_class, TRUSTED_MODULES
 from course.grading.sandboxed import wire
@@ -82,7 +82,7 @@ def terminate(proc) -> None:
         proc.wait(timeout=10)
     except subprocess.TimeoutExpired:
         pass
-    cpu.remove_group_later(getattr(proc, "cpu_group", None))     # its CPU group, once its processes are gone
+    cgroups.remove_group_later(getattr(proc, "cgroup", None))     # its groups, once its processes are gone
 
 
 class Zygote:
@@ -172,8 +172,15 @@ class Session:
         self.left_running = 0                # processes still running when tests began (ended then)
         self.started_in_tests = 0            # processes started while tests ran (ended before the next test)
         self.last_pid = 0                    # the sandbox's last PID at the last fence or census
+        self.worker_woke = False             # the stopped worker ran since the tests' fork began (PID 1 saw it)
+        self.woke_count = 0
         self.lies: list[str] = []            # what the worker claimed that cannot be true
         self.watches: dict = {}              # inside a seeing block: each call's inputs, by the number the worker gave
+        # The check of forbidden calls (names, why, limit) while a test's block of it runs, and the learner's
+        # objects made under it: using one after the block runs under the same check again (an answer that
+        # computes its values only when the test reads them is checked where it computes).
+        self.checking: list[tuple] = []
+        self.checked: dict[int, tuple] = {}
 
     def _close_pipes(self):
         for fd in (self.rfd, self.wfd):
@@ -187,6 +194,7 @@ class Session:
     def start(self):
 
         self.proxies = {}
+        self.checked, self.checking = {}, []
         self.exited = False
         self.deadline = time.monotonic() + self.start_timeout
         try:
@@ -305,6 +313,11 @@ class Session:
                                "notebook was not graded. The tests call your functions in one process: end the "
                                "processes your code starts.")
         self.last_pid = msg.get("last_pid") if type(msg.get("last_pid")) is int else 0
+        if op == ZygoteOp.FENCE:
+            self.worker_woke = False
+        elif msg.get("woke") is True and not self.worker_woke:
+            self.worker_woke = True
+            self.woke_count += 1
         if ended and before_tests:
             self.left_running += ended
         elif ended:
@@ -361,13 +374,41 @@ class Session:
                 self.lies.append(f"an object of the learner's code claims to be {mro[0][0]}.{mro[0][1]}")
         if proxy is None:
             proxy = self.proxies[hid] = Remote(self, hid, info if isinstance(info, dict) else {})
+            if self.checking and len(self.checked) < 100_000:
+                self.checked[hid] = self.checking[-1]
         return proxy
+
+    def forbid(self, names, why, limit=None) -> None:
+        """Start the check of forbidden calls in the worker (a test's ``checks.forbid`` block)."""
+        self.request("forbid", names=list(names), why=why, limit=None if limit is None else int(limit))
+        self.checking.append((tuple(names), why, limit))
+
+    def unforbid(self) -> list:
+        """End it: what the worker saw violated meanwhile (sentences)."""
+        if self.checking:
+            self.checking.pop()
+        called = self.request("unforbid")
+        return called if isinstance(called, list) else []
+
+    def _checked_again(self, hid, op, kw):
+        """A request on an object made under the check, after its block ended: under the check again."""
+        names, why, limit = self.checked[hid]
+        self.forbid(names, why, limit)
+        try:
+            value = self.request(op, h=hid, **kw)
+        finally:
+            called = self.unforbid() if self.proc is not None and self.proc.poll() is None else []
+        if called:
+            raise AssertionError(str(called[0])[:2000])
+        return value
 
     def request(self, op, *, mutable=None, held=None, **kw):
         """Send one request; the answer, as data. ``mutable``: the judge's own tensors passed in the
         call (in the order the worker walks them), to receive the changes the call made to them."""
         if self._dead() or self.wfd is None:
             raise WorkerGone("the sandbox running the notebook died (os._exit, a crash, or out of memory)")
+        if not self.checking and kw.get("h") in self.checked:
+            return self._checked_again(kw.pop("h"), op, dict(kw, mutable=mutable, held=held))
         seeing = checks.in_place_changes_seen()
         if seeing:
             kw["seeing"] = True        # the worker watches this block's inputs until a request comes without it

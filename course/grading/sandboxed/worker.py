@@ -92,7 +92,7 @@ class Worker:
         self.next_id = 0
         self.forbidden: list = []
         self.violations: list[str] = []
-        self._held = ({}, Worker._integrity, {})     # serve() replaces it with its snapshot
+        self._held = ({}, {}, Worker._integrity)     # serve() replaces it with its snapshot
         self._last_call = None       # inside a seeing block: the last call's tensors and containers
         threading = sys.modules.get("threading")
         self.threads_before = threading.active_count() if threading else 1   # the worker's own, before any cell
@@ -147,6 +147,8 @@ class Worker:
                 "course.forbidden.integrity_pieces": forbidden.__dict__.get("integrity_pieces"),
                 "Worker.forbid": Worker.__dict__.get("forbid"), "Worker.unforbid": Worker.__dict__.get("unforbid"),
                 "Worker.watched": Worker.__dict__.get("watched"), "Worker.call": Worker.__dict__.get("call"),
+                "Worker._integrity": getattr(Worker.__dict__.get("_integrity"), "__func__", None),
+                "worker._replaced": globals().get("_replaced"), "worker._code_of": globals().get("_code_of"),
                 # what sees a learner's changes to its inputs (checks.seeing_in_place_changes)
                 "ops.PIECES": ops.pieces(),
                 "wire.tensors": ops.wire_module().__dict__.get("tensors"), "wire.Handle": ops.wire_module().__dict__.get("Handle"),
@@ -205,15 +207,16 @@ class Worker:
                                         f"code ran: this exercise asks you to {guard.why}.")
             sys.setprofile(previous)
 
-    def unforbid(self, pristine=None, integrity=None):
-        """End the innermost :meth:`forbid`; returns what was violated meanwhile (sentences)."""
+    def unforbid(self, pristine=None, integrity=None, codes=None):
+        """End the innermost :meth:`forbid`; returns what was violated meanwhile (sentences). ``codes``: the
+        pieces' ``__code__`` as :meth:`serve` took them (a swapped code object is a replaced piece)."""
         saved, guard = self.forbidden.pop() if self.forbidden else ([], None)
         pristine = pristine if pristine is not None else (_PRISTINE or {})
         if guard is not None:
             (pristine.get("course.forbidden.Guard.__exit__") or type(guard).__exit__)(guard, None, None, None)
         for owner, attr, original in reversed(saved):
             setattr(owner, attr, original)
-        changed = [k for k, v in (integrity or Worker._integrity)().items() if pristine and pristine.get(k) is not v]
+        changed = _replaced(pristine, codes or {}, integrity or Worker._integrity)
         tampered = [f"your code replaced {', '.join(changed[:3])}, part of the check of forbidden calls: a notebook "
                     "that switches the check off fails the tests that use it."] if changed else []
         found = tampered + self.violations + (guard.violations if guard is not None else [])
@@ -340,9 +343,7 @@ class Worker:
             self._last_call = (tensors, held)      # serve() watches them until the test's block ends
             # against what serve() holds (not the module's _PRISTINE, which a notebook can reach), and
             # by code as well as by object: a function whose __code__ was swapped is the same object
-            pristine, integrity, codes = self._held
-            replaced = [k for k, v in integrity().items() if pristine and (
-                pristine.get(k) is not v or codes.get(k) is not getattr(v, "__code__", None))]
+            replaced = _replaced(*self._held)
             if replaced:
                 reply["tampered"] = replaced[:3]
         return reply
@@ -405,7 +406,9 @@ class Worker:
         watch, watches = Worker.watch, []     # inside a seeing block: each call's inputs, until the block ends
         self._plain = plain = ops.pieces()[1]          # taken before any learner's code runs
         snapshot = tuple((_PRISTINE or Worker._integrity()).items())
-        self._held = (dict(snapshot), integrity, {k: getattr(v, "__code__", None) for k, v in snapshot})
+        codes = tuple((k, _code_of(v)) for k, v in snapshot)
+        held_codes, read = dict(codes), getattr
+        self._held = (dict(snapshot), dict(codes), integrity)
         self.send({"ok": True, "value": "ready"})
         while True:
             try:
@@ -434,7 +437,15 @@ class Worker:
                     forbid(self, req["names"], req["why"], req.get("limit"), pristine=dict(snapshot))
                     reply = {"ok": True, "value": None}
                 elif op == WorkerOp.UNFORBID:
-                    reply = {"ok": True, "value": unforbid(self, pristine=dict(snapshot), integrity=integrity)}
+                    found = unforbid(self, pristine=dict(snapshot), integrity=integrity, codes=dict(codes))
+                    # and here, in the running frame (whose code cannot be swapped): an unforbid or a check
+                    # whose __code__ was replaced reports nothing itself
+                    swapped = [k for k, v in snapshot if held_codes[k] is not read(v, "__code__", None)]
+                    if swapped:
+                        found = [f"your code replaced the code of {', '.join(swapped[:3])}, part of the check of "
+                                 "forbidden calls: a notebook that switches the check off fails the tests that "
+                                 "use it."] + list(found)
+                    reply = {"ok": True, "value": found}
                 else:
                     self._last_call = None
                     reply = handle(self, req)
@@ -479,9 +490,7 @@ class Worker:
         if later:
             reply["later"] = later
             # (as on the call path: against serve()'s snapshot, by object and by code)
-            pristine, integrity, codes = self._held
-            replaced = [k for k, v in integrity().items() if pristine and (
-                pristine.get(k) is not v or codes.get(k) is not getattr(v, "__code__", None))]
+            replaced = _replaced(*self._held)
             if replaced:
                 reply["tampered"] = replaced[:3]
 
@@ -503,6 +512,23 @@ class Worker:
 
 
 _PRISTINE: dict = {}       # Worker._integrity() taken at start, before any learner's code ran
+
+
+def _code_of(piece):
+    """A piece's code object (a class: None; its methods are pieces of their own)."""
+    return getattr(piece, "__code__", None)
+
+
+def _replaced(pristine: dict, codes: dict, integrity) -> list[str]:
+    """The names of the check's pieces that are not what they were (another object, or the same function
+    with another ``__code__``)."""
+    if not pristine:
+        return []
+    now = integrity()
+    # every piece held (a key left out is a replaced piece), by object and by code; the held objects' own
+    # code is read without calling anything a notebook could have replaced
+    return [k for k, v in pristine.items()
+            if now.get(k, _code_of) is not v or (k in codes and codes[k] is not getattr(v, "__code__", None))]
 _LEARNER_NS: dict | None = None     # the learner's namespace (Worker.ns), for the lookup below
 
 

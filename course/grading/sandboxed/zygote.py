@@ -106,6 +106,38 @@ def _wipe(keep: dict[str, frozenset], limit: float = 20.0) -> tuple[bool, int]:
     return ok, removed[0]
 
 
+IPC_RMID = 0
+SYSV = (("shm", "shmctl"), ("sem", "semctl"), ("msg", "msgctl"))
+
+
+def _remove_ipc() -> tuple[bool, int]:
+    """Remove every System V shared-memory segment, semaphore set and message queue of the sandbox's IPC
+    namespace, which outlive the processes that made them: a warm sandbox would hand one submission's data
+    (a test's hidden inputs) and memory to the next. Called once no process is left (a segment goes when
+    its last process detaches). Returns (some left?, removed). POSIX message queues are kept from being made
+    at all (RLIMIT_MSGQUEUE 0, :class:`course.grading.sandbox.Limits`)."""
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+    except OSError:
+        return True, 0
+    removed, left = 0, False
+    for kind, call in SYSV:
+        try:
+            with open(f"/proc/sysvipc/{kind}") as fh:
+                ids = [int(line.split()[1]) for line in fh.read().splitlines()[1:] if line.split()]
+        except (OSError, ValueError, IndexError):
+            continue
+        for ident in ids:
+            args = (ident, 0, IPC_RMID) if kind == "sem" else (ident, IPC_RMID, None)
+            if getattr(libc, call)(*args) == 0:
+                removed += 1
+            else:
+                left = True
+    return left, removed
+
+
 def _copy_inbox(names) -> None:
 
     for name in names:
@@ -140,7 +172,8 @@ def _default_signals() -> None:
 
 def processes() -> dict[int, tuple[int, str]]:
     """Every process of this sandbox's PID namespace but PID 1, read from /proc: pid -> (parent pid, state
-    letter; "Z" for a zombie, which runs nothing any more)."""
+    letter). "Z" only for a process none of whose threads runs any more: a process whose first thread
+    exited (``SYS_exit``) shows "Z" in its own stat while its other threads go on; it counts as alive."""
     found = {}
     for name in os.listdir("/proc"):
         if not name.isdigit() or name == "1":
@@ -148,10 +181,63 @@ def processes() -> dict[int, tuple[int, str]]:
         try:
             with open(f"/proc/{name}/stat", "rb") as fh:
                 rest = fh.read().rpartition(b")")[2].split()
-            found[int(name)] = (int(rest[1]), rest[0].decode("ascii", "replace"))
+            state = rest[0].decode("ascii", "replace")
+            if state in ("Z", "X") and _live_threads(int(name)):
+                state = "R"
+            found[int(name)] = (int(rest[1]), state)
         except (OSError, IndexError, ValueError):
             continue                                 # gone meanwhile
     return found
+
+
+def _live_threads(pid: int) -> bool:
+    """Does any thread of ``pid`` still run (a state other than zombie or dead)?"""
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return False
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat", "rb") as fh:
+                if fh.read().rpartition(b")")[2].split()[0] not in (b"Z", b"X"):
+                    return True
+        except (OSError, IndexError):
+            continue
+    return False
+
+
+def runtime(pid: int) -> int:
+    """Nanoseconds ``pid``'s threads have run (the kernel's own count, /proc/<pid>/task/*/schedstat): a stopped
+    process does not run, so a reading that grows means something woke it."""
+    total = 0
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return 0
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/schedstat", "rb") as fh:
+                total += int(fh.read().split()[0])
+        except (OSError, IndexError, ValueError):
+            continue
+    return total
+
+
+def stopped(pid: int, limit: float = 2.0) -> bool:
+    """Wait until every thread of ``pid`` is stopped (SIGSTOP takes effect thread by thread)."""
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        try:
+            states = []
+            for tid in os.listdir(f"/proc/{pid}/task"):
+                with open(f"/proc/{pid}/task/{tid}/stat", "rb") as fh:
+                    states.append(fh.read().rpartition(b")")[2].split()[0])
+        except (OSError, IndexError):
+            return False
+        if all(s in (b"T", b"t", b"Z", b"X") for s in states):
+            return True
+        time.sleep(0.001)
+    return False
 
 
 def last_pid() -> int:
@@ -185,6 +271,7 @@ def fence(worker: int, fork: int, stop: bool = True, limit: float = 3.0) -> tupl
         keep.add(fork)
         if stop:
             _signal(worker, "SIGSTOP")
+            stopped(worker)
     else:
         fork = 0
     ended: set[int] = set()
@@ -221,21 +308,37 @@ def _wait_for_end(fork: int, limit: float = 2.0) -> None:
     _signal(fork, "SIGKILL")
 
 
-def _tests_fork(op, msg: dict, worker: int, fork: int, say) -> int:
-    """FENCE, CENSUS or RESUME (see :class:`course.grading.sandboxed.wire.ZygoteOp`) for ``worker``, whose
-    tests' fork is ``fork``: says FENCED and returns the tests' fork from now on (0: none)."""
-    if op == ZygoteOp.FENCE:
-        claimed = msg.get("fork")
-        ended, fork, clean = fence(worker, claimed if type(claimed) is int and claimed > 1 else 0)
-    elif op == ZygoteOp.CENSUS:
-        ended, fork, clean = fence(worker, fork, stop=False)
-    else:
-        _wait_for_end(fork)
-        ended, _, clean = fence(worker, 0, stop=False)
-        fork = 0
-        _signal(worker, "SIGCONT")
-    say(ev=ZygoteEvent.FENCED, ended=ended, fork=fork, clean=clean, last_pid=last_pid())
-    return fork
+class _Tests:
+    """What PID 1 keeps while a submission's tests run: their fork, and how long the stopped worker had run
+    when it was stopped (its threads may not run again before RESUME: a fork that wakes it, SIGCONT, is seen
+    by the kernel's count of the worker's running time, however the worker is stopped again after)."""
+
+    def __init__(self):
+        self.fork, self.ran, self.woke = 0, 0, False
+
+    def answer(self, op, msg: dict, worker: int, say) -> None:
+        """FENCE, CENSUS or RESUME (see :class:`course.grading.sandboxed.wire.ZygoteOp`): says FENCED."""
+        if op == ZygoteOp.FENCE:
+            claimed = msg.get("fork")
+            ended, self.fork, clean = fence(worker, claimed if type(claimed) is int and claimed > 1 else 0)
+            self.ran, self.woke = runtime(worker), False
+        elif op == ZygoteOp.CENSUS:
+            self._watch(worker)
+            ended, self.fork, clean = fence(worker, self.fork, stop=False)
+        else:
+            self._watch(worker)
+            _wait_for_end(self.fork)
+            ended, _, clean = fence(worker, 0, stop=False)
+            self.fork, self.ran = 0, 0
+            _signal(worker, "SIGCONT")
+        say(ev=ZygoteEvent.FENCED, ended=ended, fork=self.fork, clean=clean, last_pid=last_pid(), woke=self.woke)
+
+    def _watch(self, worker: int) -> None:
+        if self.fork and runtime(worker) != self.ran:      # the stopped worker ran: stop it again, say so
+            self.woke = True
+            _signal(worker, "SIGSTOP")
+            stopped(worker)
+            self.ran = runtime(worker)
 
 
 def serve_sandbox(ctrl_fd: int, keep: dict[str, frozenset], worker_class) -> None:
@@ -301,7 +404,7 @@ def serve_sandbox(ctrl_fd: int, keep: dict[str, frozenset], worker_class) -> Non
             os.close(fd)
         say(ev=ZygoteEvent.STARTED)
         exited = False
-        fork = 0                                     # the worker's fork that runs the tests (while they run)
+        tests = _Tests()                             # while the tests run: their fork, the stopped worker
 
         while True:
             if not exited:
@@ -327,9 +430,11 @@ def serve_sandbox(ctrl_fd: int, keep: dict[str, frozenset], worker_class) -> Non
             if op == ZygoteOp.END:
                 break
             if op in (ZygoteOp.FENCE, ZygoteOp.CENSUS, ZygoteOp.RESUME) and not exited:
-                fork = _tests_fork(op, msg, pid, fork, say)
+                tests.answer(op, msg, pid, say)
         swept = _sweep()
         clean, removed = _wipe(keep) if swept else (False, 0)
+        ipc_left, ipc_removed = _remove_ipc() if swept else (True, 0)
+        clean, removed = clean and not ipc_left, removed + ipc_removed
         say(ev=ZygoteEvent.CLEAN if clean else ZygoteEvent.DIRTY, removed=removed)
 
 
@@ -350,8 +455,14 @@ def warm_checks() -> None:
 
 def warm_imports(lists: list[str]) -> None:
     """Import the modules the lessons import (named by the judge from the instructor's notebooks), so
-    that each forked worker finds them loaded. One that fails is left for the notebook to report."""
+    that each forked worker finds them loaded. One that fails is left for the notebook to report.
 
+    Triton's interpreter is chosen first, where there is no GPU: ``transformers`` (lessons 13's and 14's
+    oracles) imports ``triton`` as it loads, and a ``triton`` imported without the interpreter cannot run
+    lesson 16's kernels on a CPU (:func:`course.triton_support.setup` refuses it)."""
+    from course import triton_support
+
+    triton_support.prefer_interpreter()
     for name in (n for names in lists for n in names.split(",") if n):
         try:
             module = importlib.import_module(name)
