@@ -587,9 +587,7 @@ _TAMPER_ATTRS = {"_C", "ops", "_pop_mode", "_push_mode", "_disable_current_modes
                  # operators and kernels of one's own run below the modes
                  "library", "custom_op", "Library"}
 _TAMPER_MODULES = ("torch._C", "torch.ops", "torch.utils._python_dispatch", "torch.overrides", "course.tools", "course.grading",
-                   "course.forbidden", "importlib", "ctypes", "torch.library", "__main__",
-                   # work in another thread or process, where the checks' modes do not look
-                   "threading", "_thread", "concurrent", "multiprocessing", "torch.multiprocessing")
+                   "course.forbidden", "ctypes", "torch.library", "__main__")
 _TORCHISH = {"torch", "F", "nn", "functional", "Tensor", "special", "linalg"}
 _DYNAMIC = {"eval", "exec", "compile", "__import__"}
 
@@ -627,36 +625,77 @@ def given_cells(source_nb) -> tuple[set[str], set[str]]:
 
 
 def tampering(nb, source_nb=None) -> list[str]:
-    """What in the learner's cells reaches below or around the checks of forbidden calls.
+    """What in the learner's cells reaches below or around the checks of forbidden calls: the evidence that
+    fails every test using those checks.
 
     Looks at solution cells and cells the learner added or changed (not the lesson's given cells nor
     its tests): PyTorch's dispatcher and mode internals (``torch._C``, ``torch.ops``, ``_pop_mode``,
     ``__torch_dispatch__``, ``as_subclass``...), operators of the learner's own (``torch.library``,
-    ``custom_op``), the grader's modules and ``__main__`` (the grading worker), ``sys.modules``, dynamic
-    code (``eval``, ``exec``, ``__import__``, ``importlib``) and ``getattr`` on torch with a computed name.
+    ``custom_op``), the grader's modules and ``__main__`` (the grading worker), ``ctypes``, and ``getattr``
+    on torch with a computed name. Means that ordinary notebooks use too (``sys.modules``, ``importlib``,
+    ``eval``, threads and processes) are :func:`means`: reported for a look, never punished; what they could
+    reach is checked at run time (the check's own pieces, new threads and processes while it is on).
     """
+    return _read(nb, source_nb)[0]
+
+
+def means(nb, source_nb=None) -> list[str]:
+    """Means of reaching around the checks that honest notebooks use too (``"google.colab" in sys.modules``,
+    ``importlib.reload``, ``eval`` of a typed expression, ``multiprocessing.cpu_count()``): reported for a
+    human to look at, never punished. The harmless idioms are not reported at all."""
+    return _read(nb, source_nb)[1]
+
+
+_MEANS_MODULES = ("importlib", "threading", "_thread", "concurrent", "multiprocessing", "torch.multiprocessing")
+_HARMLESS = {"multiprocessing": {"cpu_count"}, "importlib": {"reload"}}
+
+
+def _read(nb, source_nb=None) -> tuple[list[str], list[str]]:
+    """(:func:`tampering`, :func:`means`) of ``nb``."""
     sources, ids = given_cells(source_nb) if source_nb is not None else (set(), set())
-    found = []
+    found, seen = [], []
     for i, tree in _cells(nb, sources, ids):
         torchish = set(_TORCHISH)
+        harmless: set[int] = set()              # nodes of the harmless idioms
         for node in ast.walk(tree):
             if isinstance(node, ast.Import):
                 torchish |= {(a.asname or a.name).split(".")[0] for a in node.names if a.name.split(".")[0] == "torch"}
             elif isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "torch":
                 torchish |= {a.asname or a.name for a in node.names}
+            elif isinstance(node, ast.Compare) and all(isinstance(o, (ast.In, ast.NotIn)) for o in node.ops):
+                harmless |= {id(c) for c in node.comparators}        # "google.colab" in sys.modules
+        uses: dict[str, set[str]] = {}         # module alias -> the attributes the cell reads of it
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+                uses.setdefault(node.value.id, set()).add(node.attr)
         for node in ast.walk(tree):
             line = getattr(node, "lineno", "?")
             if isinstance(node, ast.Attribute) and node.attr in _TAMPER_ATTRS:
+                root = node.value
+                while isinstance(root, ast.Attribute):
+                    root = root.value
+                if node.attr == "library" and not (isinstance(root, ast.Name) and root.id in torchish):
+                    continue                                         # plt.style.library, not torch.library
                 found.append(f"cell {i} line {line}: .{node.attr}")
             elif isinstance(node, ast.Attribute) and node.attr == "modules" and isinstance(node.value, ast.Name) \
                     and node.value.id == "sys":
-                found.append(f"cell {i} line {line}: sys.modules")
-            elif isinstance(node, ast.Name) and node.id in _DYNAMIC | {"importlib", "TorchDispatchMode", "TorchFunctionMode"}:
+                if id(node) not in harmless:
+                    seen.append(f"cell {i} line {line}: sys.modules")
+            elif isinstance(node, ast.Name) and node.id in _DYNAMIC:
+                seen.append(f"cell {i} line {line}: {node.id}")
+            elif isinstance(node, ast.Name) and node.id in ("TorchDispatchMode", "TorchFunctionMode"):
                 found.append(f"cell {i} line {line}: {node.id}")
             elif isinstance(node, (ast.Import, ast.ImportFrom)):
                 mods = [a.name for a in node.names] + ([node.module] if isinstance(node, ast.ImportFrom) and node.module else [])
                 mods += [f"{node.module}.{a.name}" for a in node.names] if isinstance(node, ast.ImportFrom) and node.module else []
                 for m in mods:
+                    if any(m == t or m.startswith(t + ".") for t in _MEANS_MODULES):
+                        top = m.split(".")[0]
+                        alias = next((a.asname or a.name for a in node.names if a.name == top), None) \
+                            if isinstance(node, ast.Import) else None
+                        if not (alias and top in _HARMLESS and uses.get(alias, set()) <= _HARMLESS[top]):
+                            seen.append(f"cell {i} line {line}: import {m}")
+                        break
                     if any(m == t or m.startswith(t + ".") for t in _TAMPER_MODULES) or m.split(".")[-1] in _TAMPER_ATTRS:
                         found.append(f"cell {i} line {line}: import {m}")
                         break
@@ -673,7 +712,7 @@ def tampering(nb, source_nb=None) -> list[str]:
             elif (isinstance(node, ast.Constant) and isinstance(node.value, str)
                   and node.value in _TAMPER_ATTRS - {"ops", "forbidden", "Guard", "library"}):
                 found.append(f"cell {i} line {line}: the string {node.value!r}")
-    return list(dict.fromkeys(found))
+    return list(dict.fromkeys(found)), list(dict.fromkeys(seen))
 
 
 def aliases(nb, names, source_nb=None) -> list[str]:

@@ -302,7 +302,10 @@ class SubmissionRun:
         if session.started_in_tests:
             self.pasted.append(f"started {session.started_in_tests} process(es) while its tests ran (each ended "
                                "before the next test or check)")
+        from course import forbidden
+
         found = list(dict.fromkeys(self.pasted + session.lies + suspicious(nb, source) + tampering +
+                                   forbidden.means(nb, source) +
                                    forbidden_aliases(nb, source, self.memo)))
         reply = Reply(cells=[CellVerdict(**c) for c in verdicts_of(self.tests, self.results, nb)],
                       outputs={str(k): v for k, v in self.outputs.items()}, events=self.events[:50],

@@ -75,14 +75,16 @@ def suspicious(nb, source_nb=None) -> list[str]:
                     (node.value.id, node.attr) in SUSPICIOUS_CALLS:
                 found.append(f"cell {i}: {node.value.id}.{node.attr}")
             elif isinstance(node, ast.Attribute) and node.attr in SUSPICIOUS_NAMES:
-                found.append(f"cell {i}: .{node.attr}")
+                if node.attr not in ("library", "Library") or base_name(node.value) in patchable:   # not plt.style.library
+                    found.append(f"cell {i}: .{node.attr}")
             elif isinstance(node, ast.Name) and node.id in SUSPICIOUS_NAMES:
                 found.append(f"cell {i}: {node.id}")
             elif isinstance(node, (ast.Import, ast.ImportFrom)):
                 mods = [a.name for a in node.names] + ([node.module] if isinstance(node, ast.ImportFrom) and node.module else [])
                 for m in mods:
+                    # (multiprocessing and threads: course.forbidden.means, which leaves cpu_count() alone)
                     if m and (m.split(".")[0] in ("ctypes", "socket", "subprocess", "gc", "sqlite3", "urllib", "http",
-                                                  "requests", "signal", "multiprocessing", "pty", "__main__")
+                                                  "requests", "signal", "pty", "__main__")
                               or m.startswith("torch.library")):
                         found.append(f"cell {i}: import {m}")
             elif isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Delete)):
