@@ -45,7 +45,7 @@ test: $(STAMP) lint
 
 # ruff, configured in pyproject.toml (make test runs it first).
 lint: $(STAMP)
-	$(BIN)/ruff check course tests bench
+	$(BIN)/ruff check course tests bench book
 
 # Every lesson's page in Chromium (make test drives four of them; see tests/test_browser.py).
 test-browser: $(STAMP)

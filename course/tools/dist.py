@@ -226,7 +226,7 @@ def _seen_text(rel: str, text: str) -> str:
     entities decoded, and every string of the JSON it embeds (a page's data, escaped inside a script),
     decoded; a JSON file's strings. Other files as they are. (A syntax-highlighted line of code is in
     pieces between tags, and a quote in it may be ``&quot;`` or ``\\"``: the raw text hides it.)"""
-    if rel.endswith(".json"):
+    if rel.endswith((".json", ".ipynb")):
         try:
             return "\n".join(_json_strings(json.loads(text)))
         except ValueError:
@@ -426,7 +426,7 @@ def audit(dest: Path, base: Path | None = None) -> list[str]:
         if rel.startswith("notebooks/"):
             import nbformat
             shown = {ln.strip() for c in nbformat.reads(text, as_version=4).cells for ln in c.source.splitlines()}
-        elif rel.endswith((".html", ".htm", ".json")):
+        elif rel.endswith((".html", ".htm", ".json", ".ipynb")):     # a website's pages, data and downloads
             if student_lines is None:
                 student_lines = _student_lines(base)
             shown, text = student_lines, _seen_text(rel, text)
