@@ -96,6 +96,7 @@ def myst_yml(lessons: list[str], theme: Path) -> str:
         f"  template: {theme}",
         "  options:",
         "    folders: true",
+        "    logo_text: Attention and Transformers",
         "",
     ])
 

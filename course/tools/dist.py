@@ -203,12 +203,13 @@ def build(dest: Path) -> list[str]:
 _MARK = re.compile(r"BEGIN (SOLUTION|HIDDEN TESTS)|END (SOLUTION|HIDDEN TESTS)")
 
 
-def _student_lines(base: Path) -> set[str]:
-    """Every line the student notebooks show (a learner has them all: a page may show them too)."""
+def _student_text(base: Path) -> str:
+    """Every cell of every student notebook (a learner has them all: a page may show any part of them, e.g.
+    an exercise's text that quotes a line of its solution as inline code)."""
     import nbformat
 
-    return {ln.strip() for lesson in all_lessons(base)
-            for c in nbformat.read(str(lesson.student), as_version=4).cells for ln in c.source.splitlines()}
+    return "\n".join(c.source for lesson in all_lessons(base)
+                     for c in nbformat.read(str(lesson.student), as_version=4).cells)
 
 
 def _json_strings(value) -> list[str]:
@@ -409,7 +410,7 @@ def audit(dest: Path, base: Path | None = None) -> list[str]:
     base = base or root()
     dest = Path(dest)
     names, solution_lines, hidden_lines = _answers(base)
-    student_lines = None
+    student_text = None
     problems = []
     for forbidden in ("solutions", "tests", "autograde/workspace", "course/tools", "course/grading"):
         if (dest / forbidden).exists():
@@ -427,9 +428,9 @@ def audit(dest: Path, base: Path | None = None) -> list[str]:
             import nbformat
             shown = {ln.strip() for c in nbformat.reads(text, as_version=4).cells for ln in c.source.splitlines()}
         elif rel.endswith((".html", ".htm", ".json", ".ipynb")):     # a website's pages, data and downloads
-            if student_lines is None:
-                student_lines = _student_lines(base)
-            shown, text = student_lines, _seen_text(rel, text)
+            if student_text is None:
+                student_text = _student_text(base)
+            shown, text = {ln for ln in solution_lines | hidden_lines if ln in student_text}, _seen_text(rel, text)
         for line in (solution_lines | hidden_lines) - shown:
             if line in text:
                 problems.append(f"{rel} contains a line of a solution or hidden test: {line[:80]!r}")
