@@ -103,7 +103,7 @@ $(THEME)/.built: $(shell find book/theme -type f -not -path '*/node_modules/*' 2
 	rm -rf $(THEME) && mkdir -p $(THEME)
 	cp -R book/theme/. $(THEME)/
 	cd $(THEME) && npm_config_cache=$(STATE)/npm npm ci --no-audit --no-fund --legacy-peer-deps --loglevel=error
-	cd $(THEME) && npm_config_cache=$(STATE)/npm npm run --silent build
+	cd $(THEME) && BROWSERSLIST_IGNORE_OLD_DATA=1 npm_config_cache=$(STATE)/npm npm run --silent build
 	@touch $@
 
 clean:
