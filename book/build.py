@@ -38,8 +38,8 @@ from course.commands.lessons import all_lessons  # noqa: E402
 
 TITLE = "Attention and Transformers, step by step"
 # Pages in the order of the site's table of contents (the README is the home page).
-GUIDES = ["docs/learners.md", "docs/instructors.md", "docs/workshops.md", "docs/benchmarks.md", "docs/design.md",
-          "docs/threat-model.md", "docs/gpu-2026-11-25.md"]
+GUIDES = ["docs/learners.md", "docs/instructors.md", "docs/workshops.md", "deploy/tljh/README.md", "deploy/z2jh/README.md",
+          "docs/benchmarks.md", "docs/design.md", "docs/threat-model.md", "docs/gpu-2026-11-25.md", "book/README.md"]
 OTHERS = ["CONTRIBUTING.md", "CHANGELOG.md"]
 # What an experiment cell's outputs may carry onto a page: pictures, tables and text. Widget views
 # (their state lives in a kernel) and scripts are left out.
