@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 # The docs a reader is sent to. The CHANGELOG is history (its commands were true then): it is read
 # for commit hashes only.
-DOCS = [README, ROOT / "CONTRIBUTING.md", *sorted((ROOT / "docs").glob("*.md"))]
+DOCS = [README, ROOT / "CONTRIBUTING.md", ROOT / "book" / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 HISTORY = [ROOT / "CHANGELOG.md"]
 SHELL_OPERATORS = {"|", "||", "&&", ";", "&", ">", ">>", "<", "2>&1", ":::"}
 ELLIPSIS = {"...", "…"}
