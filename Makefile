@@ -25,7 +25,7 @@ export HF_HUB_OFFLINE      := 1
 export PYTHONDONTWRITEBYTECODE := 1
 $(shell mkdir -p $(JUPYTER_CONFIG_DIR) $(JUPYTER_DATA_DIR) $(JUPYTER_RUNTIME_DIR) $(IPYTHONDIR) $(MPLCONFIGDIR) $(TORCH_HOME) $(HF_HOME) $(XDG_CACHE_HOME))
 
-.PHONY: setup run test lint test-browser lab check instructor release grade doctor gpu site site-theme clean workshop-release workshop-collect workshop-grade workshop-return workshop-status
+.PHONY: setup run test lint test-browser test-site lab check instructor release grade doctor gpu site site-theme clean workshop-release workshop-collect workshop-grade workshop-return workshop-status
 
 setup: $(STAMP)
 
@@ -50,6 +50,11 @@ lint: $(STAMP)
 # Every lesson's page in Chromium (make test drives four of them; see tests/test_browser.py).
 test-browser: $(STAMP)
 	COURSE_BROWSER_LESSONS=all $(BIN)/python -m pytest -n 2 --dist worksteal -q tests/test_browser.py
+
+# The course as a website, tested (tests/test_site.py): `make run PROFILE=smoke` in a fresh copy, `make site` there
+# (the theme built once, as `make site` does: node 18+ and npm), every page in Chromium. Minutes, so not in make test.
+test-site: $(STAMP)
+	COURSE_TEST_SITE=1 $(BIN)/python -m pytest -q tests/test_site.py
 
 # make lab PORT=8899 ARGS="--no-browser --ip 0.0.0.0"; LESSONS=... for the workshop targets.
 PORT ?=

@@ -12,7 +12,9 @@ and Chromium (Playwright, Debian's Chromium as in tests/test_browser.py) reads e
 * each lesson's page shows at least one of its plots, not blank, and its exercises as the learner's stubs;
 * no page holds a solution line or a hidden test: `course dist`'s audit on the built pages.
 
-Without node and npm, Chromium or the playwright package, the test skips and says which.
+It costs minutes (`make run`'s smoke profile in the clone, then the site's build and its pages in Chromium),
+so it runs in its own target, `make test-site` (which sets ``COURSE_TEST_SITE=1``), not in `make test`.
+Without that variable, node and npm, Chromium or the playwright package, the test skips and says which.
 """
 
 from __future__ import annotations
@@ -42,6 +44,9 @@ pytestmark = [pytest.mark.slow, pytest.mark.browser]
 LESSONS = [lesson.id for lesson in all_lessons(ROOT)]
 THEME = ROOT / ".state" / "book-theme"
 
+if not os.environ.get("COURSE_TEST_SITE"):
+    pytest.skip("the website's test runs in `make test-site` (minutes: a smoke make run, the site's build, Chromium)",
+                allow_module_level=True)
 if shutil.which("node") is None or shutil.which("npm") is None:
     pytest.skip("no node/npm: `make site` builds MyST's theme with them (Debian: apt-get install nodejs npm)",
                 allow_module_level=True)
