@@ -62,6 +62,34 @@ def built_handout(tmp_path_factory) -> Path:
     return dest
 
 
+def _shared_folder(tmp_path_factory) -> Path:
+    """pytest's temporary folder that every xdist worker of this session sees (pytest-N/)."""
+    shared = tmp_path_factory.getbasetemp()
+    return shared.parent if os.environ.get("PYTEST_XDIST_WORKER") else shared
+
+
+@pytest.fixture(scope="session")
+def smoke_run(tmp_path_factory):
+    """`make run PROFILE=smoke` as typed in a fresh copy of the working tree, once per test session and
+    shared by the xdist workers (a file lock): tests/test_newcomer.py checks what it printed and executed,
+    tests/test_site.py builds the website there. ``.clone`` is the copy, ``.probe`` the widget probe's
+    file, ``.returncode``, ``.stdout`` and ``.stderr`` what `make run` gave (tests/fresh_clone.py)."""
+    import json
+    import types
+
+    from filelock import FileLock
+    from fresh_clone import make_run_smoke
+
+    shared = _shared_folder(tmp_path_factory)
+    dest = shared / "smoke-run"
+    with FileLock(str(shared / "smoke-run.lock")):
+        if not (dest / "done.json").is_file():
+            dest.mkdir(exist_ok=True)
+            make_run_smoke(dest)
+    done = json.loads((dest / "done.json").read_text(encoding="utf-8"))
+    return types.SimpleNamespace(clone=dest / "course", probe=dest / "widget-probe.jsonl", **done)
+
+
 @pytest.fixture
 def handout(built_handout, tmp_path) -> Path:
     """A copy of the learner's copy for one test to change (a venv in it, filled-in notebooks, a planted leak)."""

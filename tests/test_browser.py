@@ -16,7 +16,7 @@ every lesson's page, and ``COURSE_BROWSER_LESSONS=08_transformer,10_bert`` the o
 
 A failing test saves a screenshot under ``$COURSE_BROWSER_ARTIFACTS`` (default: a
 ``browser-artifacts`` folder in pytest's temporary directory) and names it in its message.
-``COURSE_DOCS_SCREENSHOTS=docs`` also writes the README's screenshots there.
+``COURSE_DOCS_SCREENSHOTS=docs`` also writes the docs' screenshots there.
 """
 
 from __future__ import annotations

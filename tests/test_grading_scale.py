@@ -468,12 +468,12 @@ def test_kubernetes_templates_run_real_course_commands():
 
 
 def test_readme_grading_commands_parse():
-    """Every `course grade` command of the README's "Grading a large class" section, as typed, is
-    accepted by the course's parser; the Dask ones select the Dask executor."""
+    """Every `course grade` command of the instructors' guide's "Grading a large class" section, as
+    typed, is accepted by the course's parser; the Dask ones select the Dask executor."""
     import re
     import shlex
 
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    readme = (Path(__file__).resolve().parents[1] / "docs" / "instructors.md").read_text(encoding="utf-8")
     section = readme.split("## Grading a large class", 1)[1].split("\n## ", 1)[0]
     commands = []
     for block in re.findall(r"```\n(.*?)```", section, re.S):

@@ -171,6 +171,32 @@ def test_learner_copy_offers_only_the_learners_commands(monkeypatch, capsys):
     assert "instructor's copy" in capsys.readouterr().err
 
 
+# Where Jupyter, IPython, matplotlib and torch keep their state in a home folder, by default.
+HOME_STATE = (".jupyter", ".ipython", ".local/share/jupyter", ".config/matplotlib", ".cache/matplotlib", ".cache/torch",
+              ".cache/huggingface")
+
+
+def home_state(home: Path) -> set[str]:
+    """The files and folders Jupyter, IPython, matplotlib and torch keep in ``home`` by default."""
+    return {str(p.relative_to(home)) for sub in HOME_STATE if (home / sub).exists()
+            for p in [home / sub, *(home / sub).rglob("*")]}
+
+
+def test_handout_ships_an_assistant_policy(built_handout):
+    """AGENTS.md (and CLAUDE.md pointing at it) tells a learner's AI coding assistant, in the course's words,
+    to explain, hint and review, never to write the graded solution; the README says it is there."""
+    agents = (built_handout / "AGENTS.md").read_text(encoding="utf-8")
+    for words in ("**Explain.**", "**Hint.**", "**Review.**", "Do not write, complete or rewrite the body of a graded exercise",
+                  "raise NotImplementedError", "hidden tests"):
+        assert words in agents, f"AGENTS.md does not say {words!r}"
+    assert "AGENTS.md" in (built_handout / "CLAUDE.md").read_text(encoding="utf-8")
+    readme = (built_handout / "README.md").read_text(encoding="utf-8")
+    assert "AGENTS.md" in readme and ".state/" in readme
+    makefile = (built_handout / "Makefile").read_text(encoding="utf-8")
+    for var in ("JUPYTER_CONFIG_DIR", "JUPYTER_DATA_DIR", "JUPYTER_RUNTIME_DIR", "IPYTHONDIR", "MPLCONFIGDIR"):
+        assert f"export {var}" in makefile and "$(STATE)/" in makefile, var
+
+
 LEARNER_TOOLS = {"__init__", "cli", "checker", "doctor", "lab", "lessons", "hub"}   # hub: a JupyterHub reads it from the handout (deploy/)
 
 
@@ -240,6 +266,8 @@ def test_handout_readme_as_typed(handout, tmp_path):
         assert len(proc.stderr.strip().splitlines()) == 1 and "instructor's copy" in proc.stderr, proc.stderr
     proc = sh(".venv/bin/course lab --instructor", handout, env)
     assert proc.returncode == 2 and "instructor's copy" in proc.stderr, proc.stderr
+
+    home_before = home_state(Path(env["HOME"]))        # what the commands typed outside make left there
 
     # make check on the untouched notebook: exit 0, "0 of N public tests passed", what is not implemented.
     notebook = handout / cmds["make_check"].split("NOTEBOOK=")[1]
@@ -325,6 +353,13 @@ def test_handout_readme_as_typed(handout, tmp_path):
         if time.time() > deadline:
             pytest.fail("the lab still serves 30 s after it was stopped")
         time.sleep(0.5)
+
+    # make check, make doctor and make lab kept Jupyter's, IPython's and matplotlib's state in the handout's
+    # .state/, as the repository's Makefile does: nothing of theirs in the learner's home.
+    written = sorted(home_state(Path(env["HOME"])) - home_before)
+    assert not written, f"the handout's make wrote to the learner's home: {written[:10]}"
+    assert (handout / ".state" / "jupyter" / "runtime").is_dir() and any((handout / ".state").rglob("*")), \
+        "the handout's make left nothing in .state/"
 
 
 @pytest.mark.slow

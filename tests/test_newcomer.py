@@ -9,15 +9,14 @@ with a relative --out from another folder, and `course grade` with relative path
 from __future__ import annotations
 
 import json
-import os
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from fresh_clone import newcomer_env as _env
 from planting import build_submission, write_submission
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -26,36 +25,15 @@ LESSONS = sorted(p.name for p in (ROOT / "solutions").iterdir() if (p / f"{p.nam
 pytestmark = pytest.mark.slow
 
 
-def fresh_copy(dest: Path) -> Path:
-    """The files a `git clone` of the working tree would have (tracked and new, not ignored)."""
-    files = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"], cwd=ROOT,
-                           capture_output=True, text=True, check=True).stdout.split("\0")
-    for rel in filter(None, files):
-        src = ROOT / rel
-        if src.is_file():
-            (dest / rel).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(src, dest / rel)
-    return dest
-
-
-def _env():
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("COURSE_", "JUPYTER_", "IPYTHONDIR", "PYTEST"))}
-    env.pop("NBGRADER_EXECUTION", None)
-    env.pop("MPLBACKEND", None)        # conftest.py's Agg for the tests' own plots: kernels draw inline, as a newcomer's do
-    return env
-
-
-def test_make_run_as_typed_in_a_fresh_clone(tmp_path):
+def test_make_run_as_typed_in_a_fresh_clone(smoke_run):
     """`make run PROFILE=smoke` in a fresh copy: every lesson passes and records what it promises, its
     notebook shows nothing a learner should not see, and its widget answers every control.
 
-    The copy reuses this checkout's .venv (building one takes minutes); `-o` tells make the venv is
-    up to date, exactly what a second `make run` on a fresh clone does."""
-    clone = fresh_copy(tmp_path / "course")
-    (clone / ".venv").symlink_to(ROOT / ".venv")
-    probe = tmp_path / "widget-probe.jsonl"      # each lesson's widget, moved as a learner would (course.widgets)
-    proc = subprocess.run(["make", "-o", ".venv/.installed", "run", "PROFILE=smoke"], cwd=clone,
-                          env=dict(_env(), COURSE_WIDGET_PROBE=str(probe)), capture_output=True, text=True, timeout=1800)
+    The run is conftest.py's ``smoke_run`` (tests/fresh_clone.py), shared with tests/test_site.py, which
+    builds the website from it: the copy reuses this checkout's .venv (building one takes minutes);
+    `-o` tells make the venv is up to date, exactly what a second `make run` on a fresh clone does."""
+    clone, proc = smoke_run.clone, smoke_run
+    probe = smoke_run.probe                      # each lesson's widget, moved as a learner would (course.widgets)
     report_path = clone / "results" / "report.json"
     assert report_path.is_file(), proc.stdout[-3000:] + proc.stderr[-3000:]
     report = json.loads(report_path.read_text())

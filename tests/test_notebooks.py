@@ -1,7 +1,7 @@
 """Every solution notebook runs under papermill in the smoke profile; student notebooks are in sync.
 
 These are the course's own invariants: committed notebooks carry no outputs, the first code cell is
-the `parameters` cell, grade ids are unique, the graded API of DESIGN.md is present, no student
+the `parameters` cell, grade ids are unique, the graded API of docs/design.md is present, no student
 notebook leaks a solution or a hidden test, and `course release --check` passes.
 """
 
@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 COURSE = str(Path(sys.executable).parent / "course")
 LESSONS = sorted(p.name for p in (ROOT / "solutions").iterdir() if (p / f"{p.name}.ipynb").is_file())
 
-# The graded API (shared DESIGN.md): names each lesson's solution cells must define.
+# The graded API (docs/design.md): names each lesson's solution cells must define.
 GRADED_API = {
     "00_softmax_lookup": ["softmax", "soft_lookup"],
     "01_attention_pooling": ["mean_pooling", "AttentionPooling"],
@@ -73,7 +73,7 @@ def test_graded_api_present(lesson):
     nb = _nb("solutions", lesson)
     solution_ids = {c.metadata["nbgrader"]["grade_id"] for c in nb.cells if c.metadata.get("nbgrader", {}).get("solution")}
     for name in GRADED_API.get(lesson, []):
-        assert name in solution_ids, f"{lesson}: no solution cell with grade_id {name!r} (DESIGN.md's graded API)"
+        assert name in solution_ids, f"{lesson}: no solution cell with grade_id {name!r} (the graded API of docs/design.md)"
         cell = next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == name)
         assert re.search(rf"^(def|class) {name}\b", cell.source, re.M), f"{lesson}: cell {name!r} does not define {name}"
     tests = [c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade")]
