@@ -121,6 +121,109 @@ sys.exit(rc)
 """
 
 
+# The third round's ways around the tests' fork and the forbidden-call check (lesson 00's softmax), each
+# computing torch.softmax for the graded function; none may score more than calling torch.softmax directly.
+# 1. the tests' fork wakes its stopped parent (SIGCONT), whose thread started earlier computes the answer;
+SIGCONT_SETUP = r'''
+import asyncio, json, mmap, os, signal, struct, time
+_mm = mmap.mmap(-1, 1 << 22)                     # MAP_SHARED: the worker and its forks see the same bytes
+_raw = vars(torch)["soft" + "max"]
+_dtypes = {"float32": torch.float32, "float64": torch.float64}
+_home = os.getpid()
+
+def _serve():
+    while True:
+        if _mm[0] == 1:
+            n = struct.unpack_from("Q", _mm, 8)[0]
+            req = json.loads(bytes(_mm[16:16 + n]))
+            y = _raw(torch.tensor(req["x"], dtype=_dtypes[req["dtype"]]), dim=req["dim"])
+            out = json.dumps(y.tolist()).encode()
+            struct.pack_into("Q", _mm, 8, len(out))
+            _mm[16:16 + len(out)] = out
+            _mm[0] = 2
+        else:
+            time.sleep(0.0005)
+
+_loop = asyncio.new_event_loop()
+_loop.run_in_executor(None, _serve)              # a thread of the worker (no `threading` import to read)
+'''
+
+# (the fork and its parent share an anonymous mmap)
+SIGCONT_SOFTMAX = '''
+def softmax(x, dim=-1):
+    req = json.dumps({"x": x.tolist(), "dim": dim, "dtype": str(x.dtype).split(".")[-1]}).encode()
+    struct.pack_into("Q", _mm, 8, len(req))
+    _mm[16:16 + len(req)] = req
+    _mm[0] = 1
+    if os.getpid() != _home:
+        os.kill(os.getppid(), signal.SIGCONT)     # the stopped worker runs again
+    while _mm[0] != 2:
+        time.sleep(0.0005)
+    n = struct.unpack_from("Q", _mm, 8)[0]
+    y = json.loads(bytes(_mm[16:16 + n]))
+    _mm[0] = 0
+    return torch.tensor(y, dtype=x.dtype)
+'''
+
+# 2. the check's own methods keep their identity but not their code
+CODESWAP_SETUP = '''
+import course
+_fb = vars(course)["forb" + "idden"]
+_G = vars(_fb)["Gu" + "ard"]
+_G.__enter__.__code__ = (lambda self: self).__code__
+_G.__exit__.__code__ = (lambda self, *exc: False).__code__
+_sm = vars(torch)["soft" + "max"]
+'''
+
+CODESWAP_QUIET_SETUP = '''
+import course
+_fb = vars(course)["forb" + "idden"]
+_G = vars(_fb)["Gu" + "ard"]
+_CODE = "__co" + "de__"
+setattr(_G.__enter__, _CODE, getattr(lambda self: self, _CODE))
+setattr(_G.__exit__, _CODE, getattr(lambda self, *exc: False, _CODE))
+_sm = vars(torch)["soft" + "max"]
+'''
+
+CODESWAP_SOFTMAX = '''
+def softmax(x, dim=-1):
+    return _sm(x, dim)
+'''
+
+# 3. a lazy answer, computed when the test reads it, after the check has ended
+LAZY_SOFTMAX = '''
+class _Lazy:
+    def __init__(self, x, dim):
+        self.x, self.dim = x, dim
+    def _y(self):
+        return vars(torch)["soft" + "max"](self.x, dim=self.dim)
+    def __len__(self):
+        return len(self.x)
+    def __getitem__(self, i):
+        if isinstance(i, torch.Tensor):
+            return self._y()[i]
+        return self._y()[i].tolist()
+    def __iter__(self):
+        return iter(self._y().tolist())
+
+def softmax(x, dim=-1):
+    return _Lazy(x, dim)
+'''
+
+AROUND = {"sigcont": (SIGCONT_SETUP, SIGCONT_SOFTMAX), "codeswap": (CODESWAP_SETUP, CODESWAP_SOFTMAX),
+          "codeswap-quiet": (CODESWAP_QUIET_SETUP, CODESWAP_SOFTMAX), "lazy": ("", LAZY_SOFTMAX)}
+
+# Idioms of honest notebooks that a static reader used to punish (0/13): they keep every point.
+IDIOMS = """
+import sys, importlib, multiprocessing
+IN_COLAB = "google.colab" in sys.modules
+print(multiprocessing.cpu_count(), "cores", IN_COLAB, sorted(plt.style.library)[:2])
+importlib.reload(plots)
+for expr in ["1 + 1", "2 ** 10"]:
+    print(expr, "=", eval(expr))
+"""
+
+
 @pytest.fixture(scope="module")
 def path_batch(tmp_path_factory):
     """The batch: (results by key, the grading folder, what the command printed, its peak RSS in MiB)."""
@@ -137,6 +240,13 @@ def path_batch(tmp_path_factory):
     _bomb(subs / "bomb-metadata" / L00 / f"{L00}.ipynb", "metadata", 32_000_000)      # 95 MiB
     _bomb(subs / "bomb-outputs" / L00 / f"{L00}.ipynb", "outputs", 1_400_000)         # 4 MiB
     _big_but_valid(subs / "big" / L00 / f"{L00}.ipynb", 90)
+    for name, (setup, softmax) in AROUND.items():
+        nb = build_submission(L00, {"softmax": softmax})
+        nb = _with_cell(nb, setup) if setup else nb
+        if name == "sigcont":        # a last cell of the learner's: every test cell then talks to a fork
+            nb.cells.append(nbformat.v4.new_code_cell("pass"))
+        write_submission(subs, name, L00, nb)
+    write_submission(subs, "idioms", L00, _with_cell(build_submission(L00), IDIOMS))
     proc = subprocess.run([sys.executable, "-c", MEASURED, "grade", str(subs), "--out", str(out), "--jobs", "2",
                            "--timeout", "60"], capture_output=True, text=True, timeout=2400, cwd=ROOT)
     said = proc.stdout + proc.stderr
@@ -196,6 +306,20 @@ def test_a_helper_process_computes_nothing_for_the_tests(path_batch):
         assert _points(helper) <= _points(direct) < helper["max_score"], (lesson, helper["score"], direct["score"])
         assert helper["status"] == "suspicious" and "process(es) running when its tests began" in helper["detail"], helper
     assert got[("honest", "00_softmax_lookup")]["score"] == got[("honest", "00_softmax_lookup")]["max_score"]
+
+
+def test_no_way_around_the_tests_fork_scores_more_than_the_forbidden_call(path_batch):
+    """A helper woken from its stop, the check's methods with other code, an answer computed when it is read:
+    each computes torch.softmax for the graded function and scores no more than calling it directly."""
+    got, _, said, _ = path_batch
+    L00 = "00_softmax_lookup"
+    direct = got[("direct", L00)]
+    for name in AROUND:
+        r = got[(name, L00)]
+        assert _points(r) <= _points(direct) < r["max_score"], (name, r["score"], direct["score"], r["detail"])
+    assert "woke the process the tests had stopped" in got[("sigcont", L00)]["detail"], got[("sigcont", L00)]
+    idioms = got[("idioms", L00)]
+    assert idioms["score"] == idioms["max_score"], idioms
 
 
 def test_notebooks_that_would_take_the_graders_memory(path_batch):
