@@ -13,8 +13,8 @@ the grader's judge, where the learner's objects are stand-ins and only data come
   are checked). They map ids (B, T) to logits (B, T, V) like a real model, for any token id.
 * :func:`run_speculative`: one call of the learner's ``speculative_generate``, its result checked against
   the contract (a pair: the tokens and the number of accepted draft tokens).
-* :func:`frequencies`, :func:`transitions`: what a generation drew, to compare with the exact
-  probabilities (``checks_09.check_frequencies``).
+* :func:`frequencies`, :func:`transitions`, :func:`check_token_frequencies`: what a generation drew, compared
+  with the exact probabilities.
 * :func:`cache_contents`, :func:`check_cache_holds`, :func:`attend_over_cache`: what the learner's
   ``SlidingWindowCache`` holds, sorted by position (the cache may keep its entries in any order).
 """
@@ -28,9 +28,8 @@ import torch
 from torch import nn
 
 from course import checks
-from course.checks_09 import check_frequencies
 
-__all__ = ["FixedLM", "BigramLM", "run_speculative", "frequencies", "transitions", "check_frequencies",
+__all__ = ["FixedLM", "BigramLM", "run_speculative", "frequencies", "transitions", "check_token_frequencies",
            "cache_contents", "held_tokens", "check_cache_holds", "attend_over_cache", "run_cache", "random_kv", "distance_bias"]
 
 
@@ -80,6 +79,31 @@ def run_speculative(fn, target, draft, idx, max_new_tokens, *, k=4, temperature=
     checks.check(0 <= accepted <= max_new_tokens, f"{what} says {accepted} draft tokens were accepted, out of "
                                                   f"{max_new_tokens} new tokens: it should be between 0 and {max_new_tokens}.")
     return tokens, accepted
+
+
+def check_token_frequencies(freq, probs, what, *, atol, hint=""):
+    """Sampled frequencies ``freq`` match the exact probabilities ``probs`` (both (R, V); a row per previous token
+    for transitions, or one row): a token of probability 0 is never drawn, and every frequency is within ``atol``
+    of its probability (``atol`` about 5 standard errors of the sample: a correct sampler fails by chance about
+    once in a million checks)."""
+    freq = torch.as_tensor(freq, dtype=torch.float64)
+    probs = torch.as_tensor(probs, dtype=torch.float64)
+    checks.check_shape(freq, tuple(probs.shape), f"the frequencies of {what}")
+    rows = probs.shape[0] > 1
+
+    def where(r, j):
+        return f"after token {r}, token {j}" if rows else f"token {j}"
+
+    never = (probs == 0) & (freq > 0)
+    if bool(never.any()):
+        r, j = never.nonzero()[0].tolist()
+        raise AssertionError(f"{what}: {where(r, j)} came {freq[r, j].item():.3f} of the time, but the target never writes "
+                             f"it (probability 0). {hint}".strip())
+    gap = (freq - probs).abs()
+    if bool((gap > atol).any()):
+        r, j = divmod(int(gap.argmax()), probs.shape[1])
+        raise AssertionError(f"{what}: {where(r, j)} came {freq[r, j].item():.3f} of the time, but the target's probability "
+                             f"is {probs[r, j].item():.3f} (a sample this size is within {atol} of it). {hint}".strip())
 
 
 def frequencies(tokens, start, vocab_size):
@@ -175,9 +199,8 @@ def check_cache_holds(cache, expected, k, v, what, hint=""):
     found = held_tokens(cache, k, v, what)
     checks.check(sorted(found) == sorted(set(found)), f"{what} holds some token twice (tokens {sorted(found)}): a token "
                                                       "that is both a sink and in the window is kept once.")
-    checks.check(sorted(found) == sorted(expected), f"after {k.shape[2]} tokens, {what} holds tokens {sorted(found)} "
-                                                    f"(counted from 0, in the order they were appended); it should hold "
-                                                    f"{sorted(expected)}. " + hint)
+    checks.check(sorted(found) == sorted(expected), f"{what} holds tokens {sorted(found)} (numbered from 0 in the order "
+                                                    f"they were appended); it should hold {sorted(expected)}. " + hint)
 
 
 def distance_bias(n_heads, max_distance=8, seed=0):

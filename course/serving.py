@@ -200,6 +200,11 @@ class ServingLM(nn.Module):
             new.append(state)
         return self.head(self.ln_f(x)), new
 
+    def project(self, block: int, x):
+        """q, k, v (B, H, T, Dh) of ``block`` for its input x (B, T, D) (before its first LayerNorm)."""
+        b = self.blocks[block]
+        return b.attn.heads(b.ln1(x))
+
     def keys_values(self, idx):
         """Every block's keys and values on ``idx`` (B, T): a list of (k, v), each (B, H, T, Dh): what a full
         cache would hold after reading idx."""

@@ -35,6 +35,8 @@ GRADED_API = {
     "10_bert": ["mask_tokens", "make_nsp_pairs", "BertEmbeddings", "Bert"],
     "11_vit": ["patchify", "PatchEmbedding", "ViTEmbeddings", "ViT"],
     "12_efficient_attention": ["chunked_attention", "repeat_kv"],
+    "15_serving": ["SlidingWindowCache", "quantize_kv", "dequantize_kv", "speculative_generate", "linear_attention",
+                   "linear_attention_recurrent"],
 }
 
 
