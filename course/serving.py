@@ -34,15 +34,12 @@ __all__ = ["ServingAttention", "ServingLM", "BigramDraft", "window_mask", "CallC
            "chi_square", "kv_bytes"]
 
 
-def window_mask(T: int, window: int | None = None, n_sinks: int = 0, device=None) -> torch.Tensor:
-    """(T, T) boolean, True where query i may attend to key j: causal, and, with ``window``, only the last
-    ``window`` keys (i - window < j <= i) plus the first ``n_sinks`` (j < n_sinks)."""
+def window_mask(T: int, window: int, n_sinks: int = 0, device=None) -> torch.Tensor:
+    """(T, T) boolean, True where query i may attend to key j: the last ``window`` keys up to itself
+    (i - window < j <= i) and the first ``n_sinks`` keys of the text (j < n_sinks, j <= i)."""
     i = torch.arange(T, device=device)[:, None]
     j = torch.arange(T, device=device)[None, :]
-    allowed = j <= i
-    if window is not None:
-        allowed = allowed & ((j > i - window) | (j < n_sinks))
-    return allowed
+    return (j <= i) & ((j > i - window) | (j < n_sinks))
 
 
 class ServingAttention(nn.Module):
@@ -58,8 +55,9 @@ class ServingAttention(nn.Module):
         super().__init__()
         assert d_model % n_heads == 0, "n_heads must divide d_model"
         self.n_heads, self.max_distance, self.mixer = n_heads, max_distance, mixer
-        self.qkv = nn.Linear(d_model, 3 * d_model)
-        self.proj = nn.Linear(d_model, d_model)
+        D = d_model
+        self.qkv = nn.Linear(D, 3 * D)                              # [q | k | v], as in lesson 09
+        self.proj = nn.Linear(D, D)
         if mixer is None:
             self.distance_bias = nn.Parameter(torch.zeros(n_heads, max_distance + 1))
 
@@ -144,16 +142,20 @@ class ServingLM(nn.Module):
     def __init__(self, vocab_size: int, d_model: int = 64, n_heads: int = 2, n_layers: int = 2,
                  max_distance: int = 32, mixer: Callable | None = None):
         super().__init__()
-        self.tok_emb = nn.Embedding(vocab_size, d_model)
-        self.blocks = nn.ModuleList(ServingBlock(d_model, n_heads, max_distance, mixer) for _ in range(n_layers))
-        self.ln_f = nn.LayerNorm(d_model)
-        self.head = nn.Linear(d_model, vocab_size, bias=False)
+        V, D = vocab_size, d_model
+        self.tok_emb = nn.Embedding(V, D)
+        self.blocks = nn.ModuleList(ServingBlock(D, n_heads, max_distance, mixer) for _ in range(n_layers))
+        self.ln_f = nn.LayerNorm(D)
+        self.head = nn.Linear(D, V, bias=False)
         self.head.weight = self.tok_emb.weight                       # tied, as in lesson 09
-        for m in self.modules():
-            if isinstance(m, (nn.Linear, nn.Embedding)):
-                nn.init.normal_(m.weight, std=0.02)
-            if isinstance(m, nn.Linear) and m.bias is not None:
-                nn.init.zeros_(m.bias)
+        with torch.no_grad():                                        # GPT-2's initialisation
+            for name, p in self.named_parameters():
+                if name.endswith("distance_bias"):
+                    continue                                         # no distance preferred at the start
+                if p.dim() == 2:
+                    p.normal_(0.0, 0.02)                             # every matrix (the tied embedding once)
+                elif name.endswith("bias"):
+                    p.zero_()
 
     @property
     def n_layers(self) -> int:
