@@ -27,7 +27,6 @@ import math
 from typing import Callable, Sequence
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 __all__ = ["ServingAttention", "ServingLM", "BigramDraft", "window_mask", "CallCounter", "CallRecorder", "speculation_rounds",
@@ -135,8 +134,11 @@ class ServingLM(nn.Module):
             (B, H, T, Dh) tensors computing causal attention another way (the lesson's linear attention).
 
     ``forward(idx (B, T), window=None, n_sinks=0, kv_transform=None, return_weights=False)`` -> logits
-    (B, T, V) (and the list of per-layer weights (B, H, T, T)); ``step(idx (B, 1), position, caches)``
-    -> logits (B, 1, V) for one new token through one cache per layer.
+    (B, T, V) (and the list of per-layer weights (B, H, T, T)); ``window`` and ``n_sinks`` mask every
+    block's softmax attention to the sinks and the window; ``kv_transform`` is applied to every key and
+    value (what a quantised cache would hand back). ``step(idx (B, 1), position, caches)`` -> logits
+    (B, 1, V) for one new token through one cache per layer; ``step_recurrent`` the same with a mixer's
+    state instead of a cache.
     """
 
     def __init__(self, vocab_size: int, d_model: int = 64, n_heads: int = 2, n_layers: int = 2,
