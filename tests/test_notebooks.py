@@ -37,6 +37,8 @@ GRADED_API = {
     "13_rotary_positions": ["rope_frequencies", "apply_rope", "RotarySelfAttention", "alibi_bias"],
     "14_induction_heads": ["repeated_sequences", "previous_token_score", "induction_score", "AttentionOnlyTransformer",
                            "ablate_heads", "ov_circuit", "qk_circuit", "composition_score"],
+    "15_serving": ["SlidingWindowCache", "quantize_kv", "dequantize_kv", "speculative_generate", "linear_attention",
+                   "linear_attention_recurrent"],
 }
 
 
