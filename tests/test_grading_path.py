@@ -370,7 +370,7 @@ def test_grading_from_another_checkout_grades_with_the_package_it_imports(tmp_pa
 
 HOG = '''
 import os, time
-_end = time.time() + 40
+_end = time.time() + 20
 for _ in range(12):
     if os.fork() == 0:
         while time.time() < _end:
@@ -409,7 +409,7 @@ def test_a_busy_sandbox_does_not_slow_its_neighbour(tmp_path):
     alone, beside = tmp_path / "alone", tmp_path / "beside"
     write_submission(alone, "b-honest", L00, build_submission(L00))
     # The control: the same batch but a neighbour that sleeps as long (two sandboxes start in both).
-    write_submission(alone, "a-idle", L00, _with_cell(build_submission(L00), "import time\ntime.sleep(40)\n"))
+    write_submission(alone, "a-idle", L00, _with_cell(build_submission(L00), "import time\ntime.sleep(20)\n"))
     write_submission(beside, "b-honest", L00, build_submission(L00))
     write_submission(beside, "a-hog", L00, _with_cell(build_submission(L00), HOG))
     before = _autogroup().read_text()
