@@ -41,7 +41,7 @@ run: $(STAMP)
 	$(BIN)/course run --profile $(PROFILE) --out $(OUT)
 
 test: $(STAMP) lint
-	$(BIN)/python -m pytest -n 2 --dist worksteal -q --durations=15 tests
+	$(BIN)/python -m pytest -n 3 --dist worksteal -q --durations=15 tests
 
 # ruff, configured in pyproject.toml (make test runs it first).
 lint: $(STAMP)

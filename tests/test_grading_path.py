@@ -112,11 +112,15 @@ def _big_but_valid(path: Path, mib: int) -> None:
     nbformat.write(nb, str(path))
 
 
+# The grader's peak resident memory: VmHWM, its own address space's high-water mark. Not getrusage's
+# ru_maxrss, which Linux carries over an exec from the process that started it (the pytest worker's own
+# gigabyte, when subprocess starts the grader with vfork).
 MEASURED = """
-import resource, sys
+import re, sys
 from course.commands import cli
 rc = cli.grade_command(cli.parse_args(sys.argv[1:]))
-print(f"PEAK_RSS_MB {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f}", flush=True)
+hwm = re.search(r"VmHWM:\\s+(\\d+) kB", open("/proc/self/status").read()).group(1)
+print(f"PEAK_RSS_MB {int(hwm) / 1024:.0f}", flush=True)
 sys.exit(rc)
 """
 

@@ -356,8 +356,9 @@ def _text(feedback: str) -> str:
 
 def _reference_lines() -> set[str]:
     """Code lines of the instructor's reference answers (course/tools/references)."""
-    shown = {ln.strip() for nb in (ROOT / "notebooks").glob("*/*.ipynb")
-             for c in nbformat.read(str(nb), as_version=4).cells for ln in c.source.splitlines()}
+    shown = {part for nb in (ROOT / "notebooks").glob("*/*.ipynb")
+             for c in nbformat.read(str(nb), as_version=4).cells for ln in c.source.splitlines()
+             for part in (ln.strip(), ln.split("  #")[0].strip())}      # a given line, its shape comment or not
     lines = set()
     for path in (ROOT / "course" / "tools" / "references").glob("refs_*.py"):
         lines |= {ln.strip() for ln in path.read_text().splitlines()
