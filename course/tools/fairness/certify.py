@@ -286,6 +286,24 @@ def load(json_path: Path) -> dict:
     return {"lessons": {}}
 
 
+def save(json_path: Path, page: Path, lesson: str, record: dict) -> None:
+    """Put one lesson's record into the JSON (read again under a lock: runs of other lessons may be writing
+    it too) and write the page from the JSON."""
+    import fcntl
+
+    from .report import write_page
+
+    json_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(json_path.with_suffix(".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        cert = load(json_path)
+        cert.setdefault("lessons", {})[lesson] = record
+        cert["lessons"] = dict(sorted(cert["lessons"].items()))
+        json_path.write_text(json.dumps(cert, indent=1) + "\n")
+        write_page(json.loads(json_path.read_text()), page)       # the page is what the JSON says
+    json_path.with_suffix(".lock").unlink(missing_ok=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m course.tools.fairness.certify", description=__doc__.split("\n\n")[0])
     ap.add_argument("--lessons", nargs="+", default=None, help="lessons to certify (default: every lesson in solutions/)")
@@ -308,8 +326,6 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"no such lessons: {sorted(unknown)}")
     work = Path(args.work) if args.work else Path(tempfile.mkdtemp(prefix="course-certify-"))
     command = "python -m course.tools.fairness.certify " + " ".join(argv if argv is not None else sys.argv[1:])
-    cert = load(json_path)
-    cert.setdefault("lessons", {})
     misses = []
     t0 = time.monotonic()
     try:
@@ -318,13 +334,8 @@ def main(argv: list[str] | None = None) -> int:
                                     notebook_timeout=args.notebook_timeout, seeds=args.seeds, work=work,
                                     with_alternatives=not args.no_alternatives)
             record["command"] = command.strip()
-            cert["lessons"][lesson] = record
             misses += [f"{lesson} {m}" for m in record["misses"]]
-            json_path.parent.mkdir(parents=True, exist_ok=True)
-            json_path.write_text(json.dumps(cert, indent=1, sort_keys=True) + "\n")
-            from .report import write_page
-
-            write_page(cert, out)
+            save(json_path, out, lesson, record)
             print(f"{lesson}: {record['seconds']:.0f} s, {len(record['misses'])} target(s) missed")
     finally:
         if not args.work:
