@@ -15,7 +15,6 @@
 from __future__ import annotations
 
 import json
-import math
 import sys
 from pathlib import Path
 
@@ -294,19 +293,26 @@ def test_sampled_mutants_and_alternatives(tmp_path):
 
 
 def test_certificate_targets():
-    """Every lesson the committed certificate covers meets the kill and alternative targets (the message
-    target is reported on the page; see docs/fairness.md)."""
+    """The committed certificate (docs/fairness.json): no correct alternative lost a point, and every exercise
+    kills at least 98 % of its non-equivalent mutants, unless each of its survivors has been reviewed and
+    recorded in course/tools/fairness/decisions.json (a "hole" reported to the lesson, or an "acceptable"
+    difference): such debts are listed on the page. An unreviewed survivor fails. (The message target is
+    reported on the page; its regressions are caught by the sampled grading above.)"""
     cert = certify.load(ROOT / "docs" / "fairness.json").get("lessons", {})
     if not cert:
         pytest.skip("no certificate yet: run `make certify`")
+    decisions = json.loads(certify.DECISIONS.read_text()) if certify.DECISIONS.is_file() else {}
     problems = []
     for lesson, rec in cert.items():
         if rec.get("error"):
             problems.append(f"{lesson}: {rec['error'][:200]}")
         for cell, ex in rec.get("exercises", {}).items():
-            if ex.get("kill_rate", 1.0) < certify.KILL_TARGET:
-                problems.append(f"{lesson} {cell}: {ex['kill_rate']:.1%} of non-equivalent mutants killed")
-            assert math.isclose(ex.get("killed", 0) + ex.get("surviving", 0) + ex.get("equivalent", 0), len(ex["mutants"]))
+            assert ex.get("killed", 0) + ex.get("surviving", 0) + ex.get("equivalent", 0) == len(ex["mutants"])
+            unreviewed = [m["key"] for m in ex["mutants"] if m["verdict"] != "killed" and m["verdict"] != "equivalent"
+                          and decisions.get(lesson, {}).get(m["key"], {}).get("decision") not in ("hole", "acceptable")]
+            if ex.get("kill_rate", 1.0) < certify.KILL_TARGET and unreviewed:
+                problems.append(f"{lesson} {cell}: {ex['kill_rate']:.1%} of non-equivalent mutants killed, survivors "
+                                f"not reviewed in decisions.json: {unreviewed}")
         for alt in rec.get("alternatives", []):
             if alt["lost"]:
                 problems.append(f"{lesson} alternative {alt['name']} lost points: {alt['marks']}")

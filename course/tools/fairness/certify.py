@@ -286,7 +286,18 @@ def load(json_path: Path) -> dict:
     return {"lessons": {}}
 
 
-def save(json_path: Path, page: Path, lesson: str, record: dict) -> None:
+def refresh_decisions(cert: dict) -> None:
+    """Survivors' decisions as decisions.json has them now (reviewed after the run that found them)."""
+    decisions = json.loads(DECISIONS.read_text()) if DECISIONS.is_file() else {}
+    for lesson, rec in cert.get("lessons", {}).items():
+        for ex in rec.get("exercises", {}).values():
+            for m in ex["mutants"]:
+                if m["verdict"] == "surviving":
+                    m["decision"] = decisions.get(lesson, {}).get(m["key"], m.get("decision") or
+                                                                  {"decision": "undecided", "why": "not yet reviewed: a hole to report"})
+
+
+def save(json_path: Path, page: Path, lesson: str | None, record: dict | None) -> None:
     """Put one lesson's record into the JSON (read again under a lock: runs of other lessons may be writing
     it too) and write the page from the JSON."""
     import fcntl
@@ -297,7 +308,9 @@ def save(json_path: Path, page: Path, lesson: str, record: dict) -> None:
     with open(json_path.with_suffix(".lock"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         cert = load(json_path)
-        cert.setdefault("lessons", {})[lesson] = record
+        if lesson is not None:
+            cert.setdefault("lessons", {})[lesson] = record
+        refresh_decisions(cert)
         cert["lessons"] = dict(sorted(cert["lessons"].items()))
         json_path.write_text(json.dumps(cert, indent=1) + "\n")
         write_page(json.loads(json_path.read_text()), page)       # the page is what the JSON says
@@ -316,10 +329,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-alternatives", action="store_true")
     ap.add_argument("--out", default=str(ROOT / "docs" / "fairness.md"))
     ap.add_argument("--work", default=None, help="grading folder (default: a temporary one, removed afterwards)")
+    ap.add_argument("--page-only", action="store_true", help="grade nothing: apply decisions.json to the JSON and rewrite the page")
     args = ap.parse_args(argv)
 
     out = Path(args.out)
     json_path = out.with_suffix(".json")
+    if args.page_only:
+        save(json_path, out, None, None)
+        return 0
     chosen = args.lessons or lessons()
     unknown = set(chosen) - set(lessons())
     if unknown:
