@@ -331,3 +331,27 @@ def test_certificate_page_matches_its_json():
         assert out.read_text() == page.read_text(), "docs/fairness.md is not what docs/fairness.json gives: run make certify"
     finally:
         out.unlink(missing_ok=True)
+
+
+def test_submissions_and_alternatives():
+    """A mutant's submission differs from the reference in its one cell; SEED reaches the parameters cell;
+    every lesson's alternatives load, none is a bug, and the packs never put two entries on one cell."""
+    cell = "soft_lookup"
+    found = mutants.mutate_lesson(ROOT, "00_softmax_lookup")[cell].mutants[0]
+    nb = certify.build_submission(ROOT, "00_softmax_lookup", {cell: found.source}, seed=2)
+    by_id = {c.metadata.get("nbgrader", {}).get("grade_id"): c for c in nb.cells}
+    assert by_id[cell].source == found.source.strip("\n")
+    assert by_id["softmax"].source == certify.reference_sources(ROOT, "00_softmax_lookup")["softmax"].strip("\n")
+    params = next(c for c in nb.cells if "parameters" in c.metadata.get("tags", []))
+    assert "SEED = 2" in params.source and "SEED = 0" not in params.source
+    for lesson in certify.lessons():
+        alts = certify.alternatives(ROOT, lesson)
+        assert alts, f"{lesson}: no correct alternative at all"
+        cells = set(certify.reference_sources(ROOT, lesson))
+        for name, alt in alts.items():
+            assert set(alt["replace"]) <= cells, f"{lesson} {name} replaces cells the lesson does not have"
+        packs = _packs(alts)
+        for names in packs:
+            used = [c for n in names for c in alts[n]["replace"]]
+            assert len(used) == len(set(used))
+        assert sorted(n for names in packs for n in names) == sorted(alts)
