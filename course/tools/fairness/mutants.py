@@ -577,7 +577,8 @@ def mutate_cell(lesson: str, cell: str, raw_source: str, only: set[str] | None =
     reference, region = split_solution(raw_source)
     found = Generated(lesson, cell)
     module = cst.parse_module(reference)
-    seen = {normalise(reference)}
+    reference_norm = normalise(reference)
+    seen = {reference_norm}
     sites = _sites(module, only)
     while True:
         try:
@@ -601,7 +602,7 @@ def mutate_cell(lesson: str, cell: str, raw_source: str, only: set[str] | None =
         except SyntaxError:
             found.dropped["does not compile"] += 1
             continue
-        if norm == normalise(reference):
+        if norm == reference_norm:
             found.dropped["identical to the reference"] += 1
             continue
         if norm in seen:
