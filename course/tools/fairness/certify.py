@@ -257,13 +257,20 @@ def certify_lesson(root: Path, lesson: str, *, sample_n: int | None, jobs: int, 
 def summarise(record: dict) -> None:
     """Counts per exercise and the targets met, in the record itself."""
     misses = []
+    if record.get("error"):
+        record["misses"] = [record["error"]]
+        return
     for cell, ex in record.get("exercises", {}).items():
         verdicts = [m["verdict"] for m in ex["mutants"]]
         killed, equivalent = verdicts.count("killed"), verdicts.count("equivalent")
         surviving = sum(v in ("surviving", "full marks", "not graded") for v in verdicts)
-        rate = killed / (killed + surviving) if killed + surviving else 1.0
+        # a survivor reviewed as a difference the contract allows (decisions.json: "acceptable") is not held
+        # against the tests: a test that caught it would be unfair; it stays listed with its reason
+        accepted = sum(1 for m in ex["mutants"] if m["verdict"] == "surviving"
+                       and m.get("decision", {}).get("decision") == "acceptable")
+        rate = killed / (killed + surviving - accepted) if killed + surviving - accepted else 1.0
         msg_ok = sum(1 for m in ex["mutants"] if m["verdict"] == "killed" and m["messages_pass"])
-        ex.update(killed=killed, equivalent=equivalent, surviving=surviving, kill_rate=round(rate, 4),
+        ex.update(killed=killed, equivalent=equivalent, surviving=surviving, accepted=accepted, kill_rate=round(rate, 4),
                   messages_pass=msg_ok, messages_rate=round(msg_ok / killed, 4) if killed else 1.0)
         if rate < KILL_TARGET:
             misses.append(f"{cell}: {rate:.1%} of non-equivalent mutants killed (target {KILL_TARGET:.0%})")
@@ -272,8 +279,6 @@ def summarise(record: dict) -> None:
     for alt in record.get("alternatives", []):
         if alt["lost"]:
             misses.append(f"alternative {alt['name']} lost points: {alt['marks']}")
-    if record.get("error"):
-        misses.append(record["error"])
     record["misses"] = misses
 
 
@@ -311,6 +316,8 @@ def save(json_path: Path, page: Path, lesson: str | None, record: dict | None) -
         if lesson is not None:
             cert.setdefault("lessons", {})[lesson] = record
         refresh_decisions(cert)
+        for rec in cert["lessons"].values():
+            summarise(rec)
         cert["lessons"] = dict(sorted(cert["lessons"].items()))
         json_path.write_text(json.dumps(cert, indent=1) + "\n")
         write_page(json.loads(json_path.read_text()), page)       # the page is what the JSON says

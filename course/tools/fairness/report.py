@@ -12,7 +12,8 @@ Do the graded exercises' tests tell right from wrong? For every exercise, this p
 reference solution that `course grade` catches, the correct alternatives it must not catch, and whether each
 failure message tells the learner what is wrong. It is written by `make certify` (below); do not edit it by hand.
 
-**Targets** (per exercise): at least {kill:.0%} of the non-equivalent mutants lose a point; no correct alternative
+**Targets** (per exercise): at least {kill:.0%} of the non-equivalent mutants lose a point (a survivor reviewed as a
+difference the contract allows, *acceptable* below, is listed but not held against the tests); no correct alternative
 loses a point on any seed; every killed mutant's failing cells have messages that pass the checks.
 
 ## How it is built
@@ -66,7 +67,7 @@ def write_page(cert: dict, out: Path) -> None:
         mutmut = "(version unknown)"
     lines = [HEAD.format(kill=KILL_TARGET, mutmut=mutmut)]
     lessons = cert.get("lessons", {})
-    rows = ["| lesson | date | sample | mutants graded | equivalent | killed | surviving | kill rate | messages pass | "
+    rows = ["| lesson | date | sample | mutants graded | equivalent | killed | surviving (not accepted) | kill rate | messages pass | "
             "alternatives (lost) | time (wall, grading CPU) | targets |",
             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     tot = dict(graded=0, equivalent=0, killed=0, surviving=0, msg=0, alts=0, lost=0, s=0.0)
@@ -75,7 +76,7 @@ def write_page(cert: dict, out: Path) -> None:
         graded = sum(len(e["mutants"]) for e in ex.values())
         eq = sum(e.get("equivalent", 0) for e in ex.values())
         k = sum(e.get("killed", 0) for e in ex.values())
-        s = sum(e.get("surviving", 0) for e in ex.values())
+        s = sum(e.get("surviving", 0) - e.get("accepted", 0) for e in ex.values())     # accepted survivors: not held against
         msg = sum(e.get("messages_pass", 0) for e in ex.values())
         alts = rec.get("alternatives", [])
         lost = sum(1 for a in alts if a["lost"])
@@ -90,6 +91,41 @@ def write_page(cert: dict, out: Path) -> None:
     rows.append(f"| **all** | | | {tot['graded']} | {tot['equivalent']} | {k} | {s} | {_pct(k / (k + s)) if k + s else '-'} | "
                 f"{_pct(tot['msg'] / k) if k else '-'} | {tot['alts']} ({tot['lost']}) | {tot['s'] / 60:.1f} min | |")
     lines += rows
+    cpu = sum(rec.get("grading_cpu_s", 0) for rec in lessons.values())
+    subs = sum(rec.get("submissions", 0) for rec in lessons.values())
+    if subs:
+        lines.append(f"\nGrading cost: {subs} submissions took {cpu / 60:.1f} min of CPU in `course grade` "
+                     f"({cpu / subs:.2f} s a submission; the wall time above is that of a shared, busy 2-core machine).")
+    survivors = [(lesson, cell, m) for lesson, rec in sorted(lessons.items()) for cell, e in rec.get("exercises", {}).items()
+                 for m in e["mutants"] if m["verdict"] in ("surviving", "full marks", "not graded")]
+    lines.append("\n## Surviving mutants and the decisions taken\n")
+    if not survivors:
+        lines.append("None: every non-equivalent mutant graded lost a point.")
+    else:
+        lines.append("A survivor keeps full marks yet differs from the reference. *hole*: the lesson's tests miss a rule "
+                     "its text states (reported to the lesson, to be fixed there); *acceptable*: a difference the contract "
+                     "allows; *undecided*: not reviewed yet. Diffs and the input where each differs are in the lesson's "
+                     "section below.\n")
+        lines.append("| lesson | exercise | mutant | change | decision | why |")
+        lines.append("| --- | --- | --- | --- | --- | --- |")
+        for lesson, cell, m in survivors:
+            d = m.get("decision", {})
+            lines.append(f"| {lesson} | `{cell}` | {m['key']} | `{_changed(m['diff'])}` | {d.get('decision', 'undecided')} | "
+                         f"{d.get('why', '').replace('|', '/')} |")
+    kinds: dict[str, int] = {}
+    cells_checked = 0
+    for rec in lessons.values():
+        for e in rec.get("exercises", {}).values():
+            for m in e["mutants"]:
+                for f in m.get("failing", []):
+                    cells_checked += 1
+                    for p in f["problems"]:
+                        kinds[p.split(":")[0]] = kinds.get(p.split(":")[0], 0) + 1
+    if cells_checked:
+        lines.append(f"\n## Message checks, all lessons\n\n{cells_checked} failing cells of killed mutants were checked; "
+                     "the problems found (a cell may have several):\n")
+        for p, n in sorted(kinds.items(), key=lambda kv: -kv[1]):
+            lines.append(f"- {n} x {p}")
     missing = sorted(set(_all_lessons(out)) - set(lessons))
     if missing:
         lines.append(f"\nNot certified yet: {', '.join(missing)} (run `make certify LESSONS=\"{' '.join(missing)}\"`).")
@@ -104,12 +140,13 @@ def write_page(cert: dict, out: Path) -> None:
                      f"reference {rec['reference'].get('score')}/{rec['reference'].get('max')}.")
         if rec.get("error"):
             lines.append(f"\n**Error**: {rec['error'][:500]}")
-        lines.append("\n| exercise | generated | dropped | graded | equivalent | killed | surviving | kill rate | messages pass |")
+        lines.append("\n| exercise | generated | dropped | graded | equivalent | killed | surviving (accepted) | kill rate | "
+                     "messages pass |")
         lines.append("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
         for cell, e in rec.get("exercises", {}).items():
             dropped = ", ".join(f"{n} {why}" for why, n in sorted(e["dropped"].items())) or "0"
             lines.append(f"| `{cell}` | {e['generated']} | {dropped} | {e['graded']} of {e['mutants_total']} | {e.get('equivalent', 0)} | "
-                         f"{e.get('killed', 0)} | {e.get('surviving', 0)} | {_pct(e.get('kill_rate', 1))} | "
+                         f"{e.get('killed', 0)} | {e.get('surviving', 0)} ({e.get('accepted', 0)}) | {_pct(e.get('kill_rate', 1))} | "
                          f"{e.get('messages_pass', 0)} of {e.get('killed', 0)} |")
         eqs = [(c, m) for c, e in rec.get("exercises", {}).items() for m in e["mutants"] if m["verdict"] == "equivalent"]
         if eqs:
