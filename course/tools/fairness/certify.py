@@ -42,6 +42,8 @@ from .mutants import Mutant, mutate_lesson, sample, solution_cells, split_soluti
 
 ROOT = Path(__file__).resolve().parents[3]
 KILL_TARGET = 0.98
+# Statuses that say the grader failed, not the submission: such a mutant is not counted as killed.
+GRADER_FAULTS = ("grader-error", "invalid-notebook", "missing-notebook", "unknown-lesson")
 DECISIONS = Path(__file__).resolve().parent / "decisions.json"
 
 
@@ -203,6 +205,8 @@ def certify_lesson(root: Path, lesson: str, *, sample_n: int | None, jobs: int, 
             entry = {"key": mu.key, "operator": mu.operator, "diff": mu.diff}
             if r is None:
                 entry.update(verdict="not graded", detail="course grade returned no result")
+            elif r.get("status") in GRADER_FAULTS:
+                entry.update(verdict="not graded", detail=f"{r.get('status')}: {r.get('detail', '')}"[:500])
             elif lost_points(r):
                 failing = [{"cell": c["grade_id"], "points": f"{c['points']:g}/{c['max_points']:g}", "message": c["message"],
                             "problems": msgchecks.problems(c["message"], names=names, hidden=hidden)} for c in failing_cells(r)]
