@@ -44,6 +44,9 @@ loses a point on any seed; every killed mutant's failing cells have messages tha
   with a fully masked row; classes are built with the same arguments and seed (same `state_dict` names, shapes
   and initial values), loaded with the recorded `state_dict` and compared method by method. Equal everywhere
   (rtol 1e-4, atol 1e-5) = *equivalent*; different somewhere = *surviving*, with the input where it differs.
+  The evidence is as wide as the calls the tests make: values are randomised, but an argument value or a code
+  path that no test reaches (a `raise` for a broken precondition, an option never passed) is not explored, so a
+  mutant that changes only such a path is reported equivalent. Each equivalent mutant is listed with its diff.
 - **Alternatives**: the planted banks' correct styles (`tests/planted/<id>.py`, `must_fail: []`) and
   `tests/alternatives/<id>.py` (*blind*: written from the student notebook alone, without reading the hidden
   tests), each graded once per seed (the parameters cell's `SEED`).
