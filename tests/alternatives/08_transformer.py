@@ -114,4 +114,125 @@ def beam_search(model, src, beam_size, max_len, bos_id, eos_id, length_penalty=0
 '''},
         "must_fail": [],
     },
+    "decoder_block_sublayer_helpers_style": {
+        "blind": True, "style": "a helper converting each mask with course.masks, one residual helper for both layouts",
+        "replace": {"DecoderBlock": '''
+class DecoderBlock(nn.Module):
+    def __init__(self, d_model, n_heads, d_ff, dropout=0.0, norm_first=False):
+        super().__init__()
+        self.norm_first = norm_first
+        self.self_attn = nn.MultiheadAttention(d_model, n_heads, dropout=dropout, batch_first=True)
+        self.cross_attn = nn.MultiheadAttention(d_model, n_heads, dropout=dropout, batch_first=True)
+        self.linear1 = nn.Linear(d_model, d_ff)
+        self.linear2 = nn.Linear(d_ff, d_model)
+        self.ff_dropout = nn.Dropout(dropout)
+        self.norm1, self.norm2, self.norm3 = nn.LayerNorm(d_model), nn.LayerNorm(d_model), nn.LayerNorm(d_model)
+        self.dropout1, self.dropout2, self.dropout3 = nn.Dropout(dropout), nn.Dropout(dropout), nn.Dropout(dropout)
+
+    def _torch_mask(self, mask, B, T_q, T_k):
+        if mask is None:
+            return None
+        H = self.self_attn.num_heads
+        shaped = masks.attention_mask(mask, B=B, H=H, T_q=T_q, T_k=T_k)
+        if mask.dim() == 2:
+            return masks.to_torch(mask)
+        return masks.to_torch(shaped.expand(B, H, T_q, T_k).reshape(B * H, T_q, T_k))
+
+    def _residual(self, x, sublayer, norm, drop):
+        if self.norm_first:
+            return x + drop(sublayer(norm(x)))
+        return norm(x + drop(sublayer(x)))
+
+    def forward(self, x, memory, tgt_mask=None, memory_mask=None):
+        B, T, _ = x.shape
+        S = memory.shape[1]
+        self_mask = self._torch_mask(tgt_mask, B, T, T)
+        cross_mask = self._torch_mask(memory_mask, B, T, S)
+        x = self._residual(x, lambda h: self.self_attn(h, h, h, attn_mask=self_mask, need_weights=False)[0],
+                           self.norm1, self.dropout1)
+        x = self._residual(x, lambda h: self.cross_attn(h, memory, memory, attn_mask=cross_mask, need_weights=False)[0],
+                           self.norm2, self.dropout2)
+        return self._residual(x, lambda h: self.linear2(self.ff_dropout(torch.relu(self.linear1(h)))),
+                              self.norm3, self.dropout3)
+'''},
+        "must_fail": [],
+    },
+    "greedy_preallocated_style": {
+        "blind": True, "style": "a preallocated (B, max_len) tensor of padding, trimmed at the end",
+        "replace": {"greedy_decode": '''
+@torch.no_grad()
+def greedy_decode(model, src, max_len, bos_id, eos_id):
+    src_mask = src != model.pad_id
+    memory = model.encode(src, src_mask)
+    B = src.shape[0]
+    out = torch.full((B, max_len + 1), model.pad_id, dtype=torch.long, device=src.device)
+    out[:, 0] = bos_id
+    alive = torch.ones(B, dtype=torch.bool, device=src.device)
+    steps = 0
+    for t in range(1, max_len + 1):
+        logits = model.decode(out[:, :t], memory, src_mask)
+        best = logits[:, -1].argmax(-1)
+        out[alive, t] = best[alive]
+        alive = alive & (best != eos_id)
+        steps = t
+        if not alive.any():
+            break
+    return out[:, 1:steps + 1]
+'''},
+        "must_fail": [],
+    },
+    "transformer_helpers_style": {
+        "blind": True, "style": "the sinusoids computed with exp/log, one embedding helper, masks built in decode",
+        "replace": {"Transformer": '''
+class Transformer(nn.Module):
+    def __init__(self, src_vocab, tgt_vocab, d_model=64, n_heads=4, d_ff=256, n_layers=2, dropout=0.0,
+                 norm_first=False, max_len=256, pad_id=0):
+        super().__init__()
+        self.d_model, self.pad_id, self.norm_first = d_model, pad_id, norm_first
+        self.src_embed = nn.Embedding(src_vocab, d_model)
+        self.tgt_embed = nn.Embedding(tgt_vocab, d_model)
+        for table in (self.src_embed, self.tgt_embed):
+            nn.init.normal_(table.weight, mean=0.0, std=d_model ** -0.5)
+        position = torch.arange(max_len, dtype=torch.float64)[:, None]
+        rate = torch.exp(-math.log(10000.0) * torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)
+        pe = torch.zeros(max_len, d_model, dtype=torch.float64)
+        pe[:, 0::2] = torch.sin(position * rate)
+        pe[:, 1::2] = torch.cos(position * rate)[:, : d_model // 2]
+        self.register_buffer("pe", pe.float())
+        self.dropout = nn.Dropout(dropout)
+        self.encoder_layers = nn.ModuleList([
+            nn.TransformerEncoderLayer(d_model, n_heads, d_ff, dropout, batch_first=True, norm_first=norm_first)
+            for _ in range(n_layers)])
+        self.decoder_layers = nn.ModuleList([DecoderBlock(d_model, n_heads, d_ff, dropout, norm_first)
+                                             for _ in range(n_layers)])
+        self.encoder_norm = nn.LayerNorm(d_model) if norm_first else None
+        self.decoder_norm = nn.LayerNorm(d_model) if norm_first else None
+        self.generator = nn.Linear(d_model, tgt_vocab)
+
+    def _embed(self, table, ids):
+        return self.dropout(table(ids) * math.sqrt(self.d_model) + self.pe[: ids.shape[1]])
+
+    def encode(self, src, src_mask=None):
+        h = self._embed(self.src_embed, src)
+        padding = None if src_mask is None else ~src_mask
+        for layer in self.encoder_layers:
+            h = layer(h, src_key_padding_mask=padding)
+        return h if self.encoder_norm is None else self.encoder_norm(h)
+
+    def decode(self, tgt, memory, src_mask=None):
+        T = tgt.shape[1]
+        causal = torch.ones(T, T, dtype=torch.bool, device=tgt.device).tril()
+        memory_mask = None if src_mask is None else src_mask[:, None, None, :]
+        h = self._embed(self.tgt_embed, tgt)
+        for layer in self.decoder_layers:
+            h = layer(h, memory, tgt_mask=causal, memory_mask=memory_mask)
+        if self.decoder_norm is not None:
+            h = self.decoder_norm(h)
+        return self.generator(h)
+
+    def forward(self, src, tgt, src_mask=None):
+        return self.decode(tgt, self.encode(src, src_mask), src_mask)
+'''},
+        "must_fail": [],
+    },
 }
