@@ -165,6 +165,8 @@ def certify_lesson(root: Path, lesson: str, *, sample_n: int | None, jobs: int, 
     started, t0 = _dt.datetime.now(_dt.timezone.utc), time.monotonic()
     generated = mutate_lesson(root, lesson)
     chosen: dict[str, list[Mutant]] = {cell: sample(g.mutants, sample_n, salt=lesson) for cell, g in generated.items()}
+    if sample_n == 0:                                   # --alternatives-only: no mutant graded
+        chosen = {cell: [] for cell in generated}
     alts = alternatives(root, lesson) if with_alternatives else {}
     subs, out = work / lesson / "submissions", work / lesson / "graded"
     shutil.rmtree(work / lesson, ignore_errors=True)
@@ -340,6 +342,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-alternatives", action="store_true")
     ap.add_argument("--out", default=str(ROOT / "docs" / "fairness.md"))
     ap.add_argument("--work", default=None, help="grading folder (default: a temporary one, removed afterwards)")
+    ap.add_argument("--alternatives-only", action="store_true",
+                    help="grade the alternatives only and replace them in the lessons' existing records")
     ap.add_argument("--page-only", action="store_true", help="grade nothing: apply decisions.json to the JSON and rewrite the page")
     args = ap.parse_args(argv)
 
@@ -358,10 +362,19 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.monotonic()
     try:
         for lesson in chosen:
-            record = certify_lesson(ROOT, lesson, sample_n=args.sample, jobs=args.jobs, timeout=args.timeout,
+            record = certify_lesson(ROOT, lesson, sample_n=0 if args.alternatives_only else args.sample, jobs=args.jobs,
+                                    timeout=args.timeout,
                                     notebook_timeout=args.notebook_timeout, seeds=args.seeds, work=work,
                                     with_alternatives=not args.no_alternatives)
             record["command"] = command.strip()
+            if args.alternatives_only:
+                previous = load(json_path).get("lessons", {}).get(lesson)
+                if previous is None:
+                    ap.error(f"--alternatives-only: {lesson} has no record to update; certify it first")
+                previous["alternatives"] = record["alternatives"]
+                previous["alternatives_run"] = {k: record[k] for k in ("date", "command", "seconds", "grading_cpu_s", "submissions")}
+                record = previous
+                summarise(record)
             misses += [f"{lesson} {m}" for m in record["misses"]]
             save(json_path, out, lesson, record)
             print(f"{lesson}: {record['seconds']:.0f} s, {len(record['misses'])} target(s) missed")

@@ -141,6 +141,10 @@ def write_page(cert: dict, out: Path) -> None:
         lines.append(f"`{rec.get('command', '')}` on {rec.get('date', '')}: {rec.get('submissions', 0)} submissions, "
                      f"{rec.get('seconds', 0) / 60:.1f} min wall, grading CPU {rec.get('grading_cpu_s', 0) / 60:.1f} min; "
                      f"reference {rec['reference'].get('score')}/{rec['reference'].get('max')}.")
+        if rec.get("alternatives_run"):
+            a = rec["alternatives_run"]
+            lines.append(f"\nAlternatives graded again by `{a['command']}` on {a['date']}: {a['submissions']} submissions, "
+                         f"{a['seconds'] / 60:.1f} min wall, grading CPU {a['grading_cpu_s'] / 60:.1f} min.")
         if rec.get("error"):
             lines.append(f"\n**Error**: {rec['error'][:500]}")
         lines.append("\n| exercise | generated | dropped | graded | equivalent | killed | surviving (accepted) | kill rate | "
