@@ -260,7 +260,7 @@ def test_sampled_mutants_and_alternatives(tmp_path):
             student = f"alts_{i}"
             certify._write(subs, student, lesson, certify.build_submission(ROOT, lesson, replace, seed=0))
             expect[(student, lesson)] = ("alternatives", names, None)
-    results, cpu, said = certify.grade(subs, tmp_path / "graded", jobs=2, timeout=60, notebook_timeout=300)
+    results, cpu, said = certify.grade(subs, tmp_path / "graded", jobs=1, timeout=60, notebook_timeout=300)
     got = {(r["student"], r["lesson"]): r for r in results}
     problems = []
     for key, (kind, what, recorded) in expect.items():

@@ -161,7 +161,7 @@ def lost_points(result: dict) -> bool:
 
 def certify_lesson(root: Path, lesson: str, *, sample_n: int | None, jobs: int, timeout: int, notebook_timeout: int,
                    seeds: list[int], work: Path, with_alternatives: bool = True, with_equivalence: bool = True,
-                   log=print) -> dict:
+                   resume: bool = False, log=print) -> dict:
     started, t0 = _dt.datetime.now(_dt.timezone.utc), time.monotonic()
     generated = mutate_lesson(root, lesson)
     chosen: dict[str, list[Mutant]] = {cell: sample(g.mutants, sample_n, salt=lesson) for cell, g in generated.items()}
@@ -169,7 +169,14 @@ def certify_lesson(root: Path, lesson: str, *, sample_n: int | None, jobs: int, 
         chosen = {cell: [] for cell in generated}
     alts = alternatives(root, lesson) if with_alternatives else {}
     subs, out = work / lesson / "submissions", work / lesson / "graded"
-    shutil.rmtree(work / lesson, ignore_errors=True)
+    kept = 0
+    if resume and (out / "results.json").is_file():
+        # an interrupted run of the same lesson: course grade keeps the result of a submission whose notebook
+        # and lesson have not changed (content hashes), so only what is missing is graded now
+        kept = len(json.loads((out / "results.json").read_text()))
+        shutil.rmtree(subs, ignore_errors=True)
+    else:
+        shutil.rmtree(work / lesson, ignore_errors=True)
     _write(subs, "reference", lesson, build_submission(root, lesson))
     for mutants in chosen.values():
         for mu in mutants:
@@ -179,7 +186,7 @@ def certify_lesson(root: Path, lesson: str, *, sample_n: int | None, jobs: int, 
             _write(subs, _alt_student(name, seed), lesson, build_submission(root, lesson, alt["replace"], seed))
     n_subs = 1 + sum(map(len, chosen.values())) + len(alts) * len(seeds)
     log(f"{lesson}: grading {n_subs} submissions ({sum(map(len, chosen.values()))} mutants, {len(alts)} alternatives x "
-        f"{len(seeds)} seeds)")
+        f"{len(seeds)} seeds)" + (f", {kept} already graded in an interrupted run" if kept else ""))
     results, cpu, said = grade(subs, out, jobs=jobs, timeout=timeout, notebook_timeout=notebook_timeout)
     by_student = {r["student"]: r for r in results if r["lesson"] == lesson}
     graded_s = time.monotonic() - t0
@@ -187,6 +194,8 @@ def certify_lesson(root: Path, lesson: str, *, sample_n: int | None, jobs: int, 
     ref = by_student.get("reference", {})
     record = {"lesson": lesson, "date": started.strftime("%Y-%m-%d %H:%M UTC"), "sample": sample_n, "seeds": seeds,
               "submissions": n_subs, "grading_cpu_s": round(cpu, 1),
+              **({"resumed": f"{kept} results kept from an interrupted run in {work / lesson}; times are this run's only"}
+                 if kept else {}),
               "reference": {"status": ref.get("status"), "score": ref.get("score"), "max": ref.get("max_score")},
               "exercises": {}, "alternatives": []}
     if not ref or lost_points(ref):
@@ -260,6 +269,31 @@ def certify_lesson(root: Path, lesson: str, *, sample_n: int | None, jobs: int, 
     return record
 
 
+def estimate_lesson(root: Path, lesson: str, *, jobs: int, timeout: int, notebook_timeout: int, seeds: list[int],
+                    work: Path, log=print) -> dict:
+    """What certifying a lesson would cost, without certifying it: its mutants and alternatives counted, and the
+    reference graded once (its ``course grade`` time stands for a submission's; a mutant that fails early costs
+    less, one that runs to the notebook timeout more)."""
+    started, t0 = _dt.datetime.now(_dt.timezone.utc), time.monotonic()
+    generated = mutate_lesson(root, lesson)
+    alts = alternatives(root, lesson)
+    subs, out = work / lesson / "estimate" / "submissions", work / lesson / "estimate" / "graded"
+    shutil.rmtree(work / lesson / "estimate", ignore_errors=True)
+    _write(subs, "reference", lesson, build_submission(root, lesson))
+    log(f"{lesson}: grading the reference once to estimate the certificate's cost")
+    results, cpu, said = grade(subs, out, jobs=jobs, timeout=timeout, notebook_timeout=notebook_timeout)
+    ref = next((r for r in results if r["student"] == "reference"), {})
+    n_mut = sum(len(g.mutants) for g in generated.values())
+    n_subs = 1 + n_mut + len(alts) * len(seeds)
+    per = float(ref.get("seconds") or 0.0)
+    return {"lesson": lesson, "date": started.strftime("%Y-%m-%d %H:%M UTC"),
+            "mutants": {cell: len(g.mutants) for cell, g in generated.items()}, "mutants_total": n_mut,
+            "alternatives": len(alts), "seeds": seeds, "submissions": n_subs,
+            "reference": {"status": ref.get("status"), "score": ref.get("score"), "max": ref.get("max_score"),
+                          "seconds": per, "phases": ref.get("phases", {}), "grading_cpu_s": round(cpu, 1)},
+            "estimate_s": round(per * n_subs), "seconds": round(time.monotonic() - t0, 1)}
+
+
 def summarise(record: dict) -> None:
     """Counts per exercise and the targets met, in the record itself."""
     misses = []
@@ -308,7 +342,7 @@ def refresh_decisions(cert: dict) -> None:
                                                                   {"decision": "undecided", "why": "not yet reviewed: a hole to report"})
 
 
-def save(json_path: Path, page: Path, lesson: str | None, record: dict | None) -> None:
+def save(json_path: Path, page: Path, lesson: str | None, record: dict | None, *, estimate: dict | None = None) -> None:
     """Put one lesson's record into the JSON (read again under a lock: runs of other lessons may be writing
     it too) and write the page from the JSON."""
     import fcntl
@@ -319,8 +353,12 @@ def save(json_path: Path, page: Path, lesson: str | None, record: dict | None) -
     with open(json_path.with_suffix(".lock"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         cert = load(json_path)
+        if estimate is not None:                        # a cost estimate of a lesson not certified (--estimate)
+            cert.setdefault("not_certified", {})[estimate["lesson"]] = estimate
         if lesson is not None:
             cert.setdefault("lessons", {})[lesson] = record
+            if not record.get("sample"):                # certified in full: its estimate is history
+                cert.get("not_certified", {}).pop(lesson, None)
         refresh_decisions(cert)
         for rec in cert["lessons"].values():
             summarise(rec)
@@ -342,8 +380,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-alternatives", action="store_true")
     ap.add_argument("--out", default=str(ROOT / "docs" / "fairness.md"))
     ap.add_argument("--work", default=None, help="grading folder (default: a temporary one, removed afterwards)")
+    ap.add_argument("--resume", action="store_true",
+                    help="with --work: keep the results of an interrupted run there (unchanged submissions are not graded again)")
     ap.add_argument("--alternatives-only", action="store_true",
                     help="grade the alternatives only and replace them in the lessons' existing records")
+    ap.add_argument("--estimate", action="store_true",
+                    help="certify nothing: count each lesson's mutants and alternatives, grade its reference once, and "
+                         "put the cost of certifying it on the page")
     ap.add_argument("--page-only", action="store_true", help="grade nothing: apply decisions.json to the JSON and rewrite the page")
     args = ap.parse_args(argv)
 
@@ -362,10 +405,18 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.monotonic()
     try:
         for lesson in chosen:
+            if args.estimate:
+                est = estimate_lesson(ROOT, lesson, jobs=args.jobs, timeout=args.timeout, notebook_timeout=args.notebook_timeout,
+                                      seeds=args.seeds, work=work)
+                est["command"] = command.strip()
+                save(json_path, out, None, None, estimate=est)
+                print(f"{lesson}: {est['submissions']} submissions, reference {est['reference']['seconds']:.0f} s: "
+                      f"about {est['estimate_s'] / 3600:.1f} h at --jobs {args.jobs}")
+                continue
             record = certify_lesson(ROOT, lesson, sample_n=0 if args.alternatives_only else args.sample, jobs=args.jobs,
                                     timeout=args.timeout,
                                     notebook_timeout=args.notebook_timeout, seeds=args.seeds, work=work,
-                                    with_alternatives=not args.no_alternatives)
+                                    with_alternatives=not args.no_alternatives, resume=args.resume and bool(args.work))
             record["command"] = command.strip()
             if args.alternatives_only:
                 previous = load(json_path).get("lessons", {}).get(lesson)

@@ -132,6 +132,23 @@ def write_page(cert: dict, out: Path) -> None:
     missing = sorted(set(_all_lessons(out)) - set(lessons))
     if missing:
         lines.append(f"\nNot certified yet: {', '.join(missing)} (run `make certify LESSONS=\"{' '.join(missing)}\"`).")
+    sampled = sorted(lesson for lesson, rec in lessons.items() if rec.get("sample"))
+    if sampled:
+        lines.append(f"\nCertified on a sample of mutants only (the counts are of the sample): {', '.join(sampled)}.")
+    estimates = cert.get("not_certified", {})
+    if estimates:
+        lines.append("\n### What certifying the rest would cost\n")
+        lines.append("Measured by grading each lesson's reference once (`--estimate`); a submission's time is taken to "
+                     "be the reference's, on the machine and load of that day (a mutant that fails early costs less).\n")
+        lines.append("| lesson | measured | mutants | alternatives x seeds | submissions | reference graded in | "
+                     "estimated full run (--jobs 1) | command |")
+        lines.append("| --- | --- | --- | --- | --- | --- | --- | --- |")
+        for lesson, e in sorted(estimates.items()):
+            ref = e.get("reference", {})
+            lines.append(f"| {lesson} | {e.get('date', '')} | {e.get('mutants_total', 0)} | {e.get('alternatives', 0)} x "
+                         f"{len(e.get('seeds', []))} | {e.get('submissions', 0)} | {ref.get('seconds', 0):.0f} s "
+                         f"({ref.get('score')}/{ref.get('max')}) | {e.get('estimate_s', 0) / 3600:.1f} h | "
+                         f"`{e.get('command', '')}` |")
     lines.append("\nRebuild: `make certify` (every lesson, every mutant), or `make certify LESSONS=\"00_softmax_lookup\" "
                  "SAMPLE=5` (a lesson, five mutants per exercise). Each lesson's record keeps the command and the date "
                  "it was made with; times are on the machine that ran it (2 shared cores here).")
@@ -141,6 +158,11 @@ def write_page(cert: dict, out: Path) -> None:
         lines.append(f"`{rec.get('command', '')}` on {rec.get('date', '')}: {rec.get('submissions', 0)} submissions, "
                      f"{rec.get('seconds', 0) / 60:.1f} min wall, grading CPU {rec.get('grading_cpu_s', 0) / 60:.1f} min; "
                      f"reference {rec['reference'].get('score')}/{rec['reference'].get('max')}.")
+        if rec.get("resumed"):
+            lines.append(f"\nResumed: {rec['resumed']}.")
+        if rec.get("sample"):
+            lines.append(f"\nA sample: at most {rec['sample']} mutants per exercise, chosen by a stable hash; the counts "
+                         "below are of the sample.")
         if rec.get("alternatives_run"):
             a = rec["alternatives_run"]
             lines.append(f"\nAlternatives graded again by `{a['command']}` on {a['date']}: {a['submissions']} submissions, "
