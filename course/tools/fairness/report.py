@@ -53,6 +53,15 @@ loses a point on any seed; every killed mutant's failing cells have messages tha
 - **Messages** (`messages.py`): every failing cell of a killed mutant: not empty, not a bare exception or
   traceback, not only PyTorch's (or Python's) wording, not the withheld message of an exception raised inside a
   hidden check, a sentence about the learner's code or the rule, and no line of hidden-test code.
+- **In `make test`** (`tests/test_fairness.py`): the engine's unit tests, a fixed sample (one mutant of one
+  exercise per lesson, both chosen by a stable hash, among those this page records as killed) and every
+  `tests/alternatives/` entry (packed into two submissions per lesson, seed 0): 36 submissions in one
+  `course grade --jobs 1` batch; lesson 16 is left out (Triton's interpreter: minutes a submission). Measured
+  on 2026-11-28 with `/usr/bin/time -v .venv/bin/python -m pytest tests/test_fairness.py`: 64 s wall, 39 s CPU
+  (user + system, the graded sandboxes included), of which the sampled grading is 49 s wall. CI fails when
+  the committed JSON has an alternative that lost a point or an exercise under 98 % with a survivor not
+  reviewed in `decisions.json` (`test_certificate_targets`; the message target is reported here, not enforced),
+  or when this page is not what the JSON gives.
 
 ## Totals
 """
@@ -139,7 +148,8 @@ def write_page(cert: dict, out: Path) -> None:
     if estimates:
         lines.append("\n### What certifying the rest would cost\n")
         lines.append("Measured by grading each lesson's reference once (`--estimate`); a submission's time is taken to "
-                     "be the reference's, on the machine and load of that day (a mutant that fails early costs less).\n")
+                     "be the reference's, on the machine and load of that day (a mutant that fails early costs less; one "
+                     "that loops runs to the notebook timeout, and equivalence runs add about 20 s per full-marks mutant).\n")
         lines.append("| lesson | measured | mutants | alternatives x seeds | submissions | reference graded in | "
                      "estimated full run (--jobs 1) | command |")
         lines.append("| --- | --- | --- | --- | --- | --- | --- | --- |")
