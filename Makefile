@@ -25,7 +25,8 @@ export HF_HUB_OFFLINE      := 1
 export PYTHONDONTWRITEBYTECODE := 1
 $(shell mkdir -p $(JUPYTER_CONFIG_DIR) $(JUPYTER_DATA_DIR) $(JUPYTER_RUNTIME_DIR) $(IPYTHONDIR) $(MPLCONFIGDIR) $(TORCH_HOME) $(HF_HOME) $(XDG_CACHE_HOME))
 
-.PHONY: setup run test lint test-browser test-site lab check instructor release grade doctor gpu site site-theme clean workshop-release workshop-collect workshop-grade workshop-return workshop-status
+# make certify [LESSONS="00_softmax_lookup 03_attention_scores"] [SAMPLE=5] [JOBS=2]: docs/fairness.md
+.PHONY: certify setup run test lint test-browser test-site lab check instructor release grade doctor gpu site site-theme clean workshop-release workshop-collect workshop-grade workshop-return workshop-status
 
 setup: $(STAMP)
 
@@ -77,6 +78,13 @@ instructor: $(STAMP)
 
 workshop-release workshop-collect workshop-grade workshop-return workshop-status: $(STAMP)
 	$(BIN)/course workshop $(@:workshop-%=%) $(LESSONS) --grades $(GRADES) $(ARGS)
+
+# The fairness certificate (course/tools/fairness): every exercise's mutants and correct alternatives graded with
+# `course grade`, written to docs/fairness.md and docs/fairness.json; exits 1 when a target is missed.
+SAMPLE ?=
+JOBS ?= 2
+certify: $(STAMP)
+	$(BIN)/python -m course.tools.fairness.certify $(if $(LESSONS),--lessons $(LESSONS)) $(if $(SAMPLE),--sample $(SAMPLE)) --jobs $(JOBS)
 
 release: $(STAMP)
 	$(BIN)/course release

@@ -1,0 +1,238 @@
+"""Correct alternatives for the fairness certificate (``make certify``), in the planted banks' format.
+
+Written from the student notebook alone (its text and docstrings), without reading the hidden tests:
+``blind: True``. Every entry must keep full marks on seeds 0-2.
+"""
+
+LESSON = "08_transformer"
+VARIANTS = {
+    "loss_masked_mean_by_hand_style": {
+        "blind": True, "style": "per-token cross-entropy, averaged over a float mask of the real targets",
+        "replace": {"translation_loss": '''
+def translation_loss(model, src, tgt, pad_id=0):
+    logits = model(src, tgt[:, :-1], src != pad_id)                    # (B, T, V)
+    target = tgt[:, 1:]
+    nll = -torch.log_softmax(logits, dim=-1).gather(-1, target.unsqueeze(-1)).squeeze(-1)
+    real = (target != pad_id).to(nll.dtype)
+    return (nll * real).sum() / real.sum()
+'''},
+        "must_fail": [],
+    },
+    "loss_reshape_ignore_index_style": {
+        "blind": True, "style": "F.cross_entropy on flattened logits with ignore_index",
+        "replace": {"translation_loss": '''
+def translation_loss(model, src, tgt, pad_id=0):
+    decoder_in, expected = tgt[:, :-1], tgt[:, 1:]
+    logits = model.forward(src, decoder_in, src_mask=src.ne(pad_id))
+    V = logits.shape[-1]
+    return F.cross_entropy(logits.reshape(-1, V), expected.reshape(-1), ignore_index=pad_id)
+'''},
+        "must_fail": [],
+    },
+    "greedy_finished_flags_style": {
+        "blind": True, "style": "a finished flag per row, padding written with torch.where",
+        "replace": {"greedy_decode": '''
+@torch.no_grad()
+def greedy_decode(model, src, max_len, bos_id, eos_id):
+    src_mask = src != model.pad_id
+    memory = model.encode(src, src_mask)
+    B = src.shape[0]
+    ys = torch.full((B, 1), bos_id, dtype=torch.long, device=src.device)
+    done = torch.zeros(B, dtype=torch.bool, device=src.device)
+    for _ in range(max_len):
+        logits = model.decode(ys, memory, src_mask)
+        nxt = logits[:, -1, :].argmax(dim=-1)
+        nxt = torch.where(done, torch.full_like(nxt, model.pad_id), nxt)
+        ys = torch.cat([ys, nxt[:, None]], dim=1)
+        done = done | (nxt == eos_id)
+        if bool(done.all()):
+            break
+    return ys[:, 1:]
+'''},
+        "must_fail": [],
+    },
+    "average_stack_mean_style": {
+        "blind": True, "style": "torch.stack(...).mean(0), cast back to the dtype",
+        "replace": {"average_checkpoints": '''
+def average_checkpoints(state_dicts):
+    last = state_dicts[-1]
+    out = {}
+    for name, value in last.items():
+        if torch.is_floating_point(value):
+            out[name] = torch.stack([sd[name].to(torch.float64) for sd in state_dicts]).mean(dim=0).to(value.dtype)
+        else:
+            out[name] = value.clone()
+    return out
+'''},
+        "must_fail": [],
+    },
+    "average_running_sum_style": {
+        "blind": True, "style": "a running sum into fresh tensors, divided at the end",
+        "replace": {"average_checkpoints": '''
+def average_checkpoints(state_dicts):
+    n = len(state_dicts)
+    totals = {}
+    for sd in state_dicts:
+        for name, value in sd.items():
+            if value.is_floating_point():
+                totals[name] = value.detach().clone() if name not in totals else totals[name] + value
+    averaged = {}
+    for name, value in state_dicts[-1].items():
+        averaged[name] = (totals[name] / n).to(value.dtype) if value.is_floating_point() else value.detach().clone()
+    return averaged
+'''},
+        "must_fail": [],
+    },
+    "beam_python_lists_style": {
+        "blind": True, "style": "live hypotheses as Python lists, one decoder call per step on the stacked beam",
+        "replace": {"beam_search": '''
+@torch.no_grad()
+def beam_search(model, src, beam_size, max_len, bos_id, eos_id, length_penalty=0.6):
+    src = src.reshape(1, -1)
+    src_mask = src != model.pad_id
+    memory = model.encode(src, src_mask)
+    live = [([], 0.0)]                                   # (tokens without <bos>, log-probability)
+    finished = []
+    while live:
+        ys = torch.tensor([[bos_id] + toks for toks, _ in live], dtype=torch.long, device=src.device)
+        n = len(live)
+        logp = torch.log_softmax(model.decode(ys, memory.expand(n, -1, -1), src_mask.expand(n, -1))[:, -1, :].double(), dim=-1)
+        candidates = []
+        for i, (toks, lp) in enumerate(live):
+            for tok in range(logp.shape[-1]):
+                candidates.append((lp + float(logp[i, tok]), toks + [tok]))
+        candidates.sort(key=lambda c: -c[0])
+        keep = candidates[:max(beam_size - len(finished), 0)]
+        live = []
+        for lp, toks in keep:
+            if toks[-1] == eos_id or len(toks) >= max_len:
+                finished.append((toks, lp))
+            else:
+                live.append((toks, lp))
+    scored = [(toks, lp / (((5 + len(toks)) / 6) ** length_penalty)) for toks, lp in finished]
+    return sorted(scored, key=lambda t: -t[1])[:beam_size]
+'''},
+        "must_fail": [],
+    },
+    "decoder_block_sublayer_helpers_style": {
+        "blind": True, "style": "a helper converting each mask with course.masks, one residual helper for both layouts",
+        "replace": {"DecoderBlock": '''
+class DecoderBlock(nn.Module):
+    def __init__(self, d_model, n_heads, d_ff, dropout=0.0, norm_first=False):
+        super().__init__()
+        self.norm_first = norm_first
+        self.self_attn = nn.MultiheadAttention(d_model, n_heads, dropout=dropout, batch_first=True)
+        self.cross_attn = nn.MultiheadAttention(d_model, n_heads, dropout=dropout, batch_first=True)
+        self.linear1 = nn.Linear(d_model, d_ff)
+        self.linear2 = nn.Linear(d_ff, d_model)
+        self.ff_dropout = nn.Dropout(dropout)
+        self.norm1, self.norm2, self.norm3 = nn.LayerNorm(d_model), nn.LayerNorm(d_model), nn.LayerNorm(d_model)
+        self.dropout1, self.dropout2, self.dropout3 = nn.Dropout(dropout), nn.Dropout(dropout), nn.Dropout(dropout)
+
+    def _torch_mask(self, mask, B, T_q, T_k):
+        if mask is None:
+            return None
+        H = self.self_attn.num_heads
+        shaped = masks.attention_mask(mask, B=B, H=H, T_q=T_q, T_k=T_k)
+        if mask.dim() == 2:
+            return masks.to_torch(mask)
+        return masks.to_torch(shaped.expand(B, H, T_q, T_k).reshape(B * H, T_q, T_k))
+
+    def _residual(self, x, sublayer, norm, drop):
+        if self.norm_first:
+            return x + drop(sublayer(norm(x)))
+        return norm(x + drop(sublayer(x)))
+
+    def forward(self, x, memory, tgt_mask=None, memory_mask=None):
+        B, T, _ = x.shape
+        S = memory.shape[1]
+        self_mask = self._torch_mask(tgt_mask, B, T, T)
+        cross_mask = self._torch_mask(memory_mask, B, T, S)
+        x = self._residual(x, lambda h: self.self_attn(h, h, h, attn_mask=self_mask, need_weights=False)[0],
+                           self.norm1, self.dropout1)
+        x = self._residual(x, lambda h: self.cross_attn(h, memory, memory, attn_mask=cross_mask, need_weights=False)[0],
+                           self.norm2, self.dropout2)
+        return self._residual(x, lambda h: self.linear2(self.ff_dropout(torch.relu(self.linear1(h)))),
+                              self.norm3, self.dropout3)
+'''},
+        "must_fail": [],
+    },
+    "greedy_preallocated_style": {
+        "blind": True, "style": "a preallocated (B, max_len) tensor of padding, trimmed at the end",
+        "replace": {"greedy_decode": '''
+@torch.no_grad()
+def greedy_decode(model, src, max_len, bos_id, eos_id):
+    src_mask = src != model.pad_id
+    memory = model.encode(src, src_mask)
+    B = src.shape[0]
+    out = torch.full((B, max_len + 1), model.pad_id, dtype=torch.long, device=src.device)
+    out[:, 0] = bos_id
+    alive = torch.ones(B, dtype=torch.bool, device=src.device)
+    steps = 0
+    for t in range(1, max_len + 1):
+        logits = model.decode(out[:, :t], memory, src_mask)
+        best = logits[:, -1].argmax(-1)
+        out[alive, t] = best[alive]
+        alive = alive & (best != eos_id)
+        steps = t
+        if not alive.any():
+            break
+    return out[:, 1:steps + 1]
+'''},
+        "must_fail": [],
+    },
+    "transformer_helpers_style": {
+        "blind": True, "style": "the sinusoids computed with exp/log, one embedding helper, masks built in decode",
+        "replace": {"Transformer": '''
+class Transformer(nn.Module):
+    def __init__(self, src_vocab, tgt_vocab, d_model=64, n_heads=4, d_ff=256, n_layers=2, dropout=0.0,
+                 norm_first=False, max_len=256, pad_id=0):
+        super().__init__()
+        self.d_model, self.pad_id, self.norm_first = d_model, pad_id, norm_first
+        self.src_embed = nn.Embedding(src_vocab, d_model)
+        self.tgt_embed = nn.Embedding(tgt_vocab, d_model)
+        for table in (self.src_embed, self.tgt_embed):
+            nn.init.normal_(table.weight, mean=0.0, std=d_model ** -0.5)
+        position = torch.arange(max_len, dtype=torch.float64)[:, None]
+        rate = torch.exp(-math.log(10000.0) * torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)
+        pe = torch.zeros(max_len, d_model, dtype=torch.float64)
+        pe[:, 0::2] = torch.sin(position * rate)
+        pe[:, 1::2] = torch.cos(position * rate)[:, : d_model // 2]
+        self.register_buffer("pe", pe.float())
+        self.dropout = nn.Dropout(dropout)
+        self.encoder_layers = nn.ModuleList([
+            nn.TransformerEncoderLayer(d_model, n_heads, d_ff, dropout, batch_first=True, norm_first=norm_first)
+            for _ in range(n_layers)])
+        self.decoder_layers = nn.ModuleList([DecoderBlock(d_model, n_heads, d_ff, dropout, norm_first)
+                                             for _ in range(n_layers)])
+        self.encoder_norm = nn.LayerNorm(d_model) if norm_first else None
+        self.decoder_norm = nn.LayerNorm(d_model) if norm_first else None
+        self.generator = nn.Linear(d_model, tgt_vocab)
+
+    def _embed(self, table, ids):
+        return self.dropout(table(ids) * math.sqrt(self.d_model) + self.pe[: ids.shape[1]])
+
+    def encode(self, src, src_mask=None):
+        h = self._embed(self.src_embed, src)
+        padding = None if src_mask is None else ~src_mask
+        for layer in self.encoder_layers:
+            h = layer(h, src_key_padding_mask=padding)
+        return h if self.encoder_norm is None else self.encoder_norm(h)
+
+    def decode(self, tgt, memory, src_mask=None):
+        T = tgt.shape[1]
+        causal = torch.ones(T, T, dtype=torch.bool, device=tgt.device).tril()
+        memory_mask = None if src_mask is None else src_mask[:, None, None, :]
+        h = self._embed(self.tgt_embed, tgt)
+        for layer in self.decoder_layers:
+            h = layer(h, memory, tgt_mask=causal, memory_mask=memory_mask)
+        if self.decoder_norm is not None:
+            h = self.decoder_norm(h)
+        return self.generator(h)
+
+    def forward(self, src, tgt, src_mask=None):
+        return self.decode(tgt, self.encode(src, src_mask), src_mask)
+'''},
+        "must_fail": [],
+    },
+}

@@ -1,0 +1,149 @@
+"""Correct alternatives for the fairness certificate (``make certify``), in the planted banks' format.
+
+Written from the student notebook alone (its text and docstrings), without reading the hidden tests:
+``blind: True``. Every entry must keep full marks on seeds 0-2.
+"""
+
+LESSON = "09_language_model"
+VARIANTS = {
+    "loss_nll_class_axis_second_style": {
+        "blind": True, "style": "log_softmax then nll_loss with the vocabulary as axis 1",
+        "replace": {"lm_loss": '''
+def lm_loss(logits, idx):
+    logp = F.log_softmax(logits[:, :-1, :], dim=-1)          # (B, T-1, V)
+    return F.nll_loss(logp.transpose(1, 2), idx[:, 1:])
+'''},
+        "must_fail": [],
+    },
+    "attn_by_hand_position_mask_style": {
+        "blind": True, "style": "attention written out, the causal mask from positions, F.dropout",
+        "replace": {"CausalSelfAttention": '''
+class CausalSelfAttention(nn.Module):
+    def __init__(self, d_model, n_heads, dropout=0.0):
+        super().__init__()
+        assert d_model % n_heads == 0, "n_heads must divide d_model"
+        self.n_heads = n_heads
+        self.dropout = dropout
+        self.qkv = nn.Linear(d_model, 3 * d_model)
+        self.proj = nn.Linear(d_model, d_model)
+
+    def forward(self, x, past_kv=None):
+        B, T, D = x.shape
+        H = self.n_heads
+        q, k, v = self.qkv(x).split(D, dim=-1)
+        q, k, v = (t.reshape(B, T, H, D // H).transpose(1, 2) for t in (q, k, v))
+        if past_kv is not None:
+            k = torch.cat([past_kv[0], k], dim=2)
+            v = torch.cat([past_kv[1], v], dim=2)
+        T_past = k.shape[2] - T
+        scores = q @ k.transpose(-2, -1) / math.sqrt(D // H)             # (B, H, T, T_past + T)
+        rows = torch.arange(T, device=x.device)[:, None] + T_past
+        cols = torch.arange(k.shape[2], device=x.device)[None, :]
+        scores = scores.masked_fill(cols > rows, float("-inf"))
+        weights = F.dropout(torch.softmax(scores, dim=-1), p=self.dropout, training=self.training)
+        out = (weights @ v).transpose(1, 2).reshape(B, T, D)
+        out = F.dropout(self.proj(out), p=self.dropout, training=self.training)
+        return out, (k, v)
+'''},
+        "must_fail": [],
+    },
+    "block_ordered_sequential_mlp_style": {
+        "blind": True, "style": "the MLP an nn.Sequential with named fc / proj, dropout inside it",
+        "replace": {"Block": '''
+from collections import OrderedDict
+
+
+class Block(nn.Module):
+    def __init__(self, d_model, n_heads, dropout=0.0):
+        super().__init__()
+        self.ln1 = nn.LayerNorm(d_model)
+        self.attn = CausalSelfAttention(d_model, n_heads, dropout)
+        self.ln2 = nn.LayerNorm(d_model)
+        self.mlp = nn.Sequential(OrderedDict(fc=nn.Linear(d_model, 4 * d_model), act=nn.GELU(),
+                                             proj=nn.Linear(4 * d_model, d_model), drop=nn.Dropout(dropout)))
+
+    def forward(self, x, past_kv=None):
+        a, present = self.attn(self.ln1(x), past_kv)
+        x = x + a
+        x = x + self.mlp(self.ln2(x))
+        return x, present
+'''},
+        "must_fail": [],
+    },
+    "block_mlp_class_functional_style": {
+        "blind": True, "style": "a small MLP class, F.gelu and F.dropout",
+        "replace": {"Block": '''
+class _MLP(nn.Module):
+    def __init__(self, d_model, dropout):
+        super().__init__()
+        self.fc = nn.Linear(d_model, 4 * d_model)
+        self.proj = nn.Linear(4 * d_model, d_model)
+        self.p = dropout
+
+    def forward(self, x):
+        return F.dropout(self.proj(F.gelu(self.fc(x))), p=self.p, training=self.training)
+
+
+class Block(nn.Module):
+    def __init__(self, d_model, n_heads, dropout=0.0):
+        super().__init__()
+        self.ln1, self.ln2 = nn.LayerNorm(d_model), nn.LayerNorm(d_model)
+        self.attn = CausalSelfAttention(d_model, n_heads, dropout)
+        self.mlp = _MLP(d_model, dropout)
+
+    def forward(self, x, past_kv=None):
+        attended, present_kv = self.attn(self.ln1(x), past_kv=past_kv)
+        h = x + attended
+        return h + self.mlp(self.ln2(h)), present_kv
+'''},
+        "must_fail": [],
+    },
+    "gpt_crop_or_cache_loop_style": {
+        "blind": True, "style": "positions from the cached length, generate choosing crop / cache / full read each step",
+        "replace": {"GPT": '''
+class GPT(nn.Module):
+    def __init__(self, vocab_size, block_size, d_model=128, n_heads=4, n_layers=4, dropout=0.0):
+        super().__init__()
+        self.block_size = block_size
+        self.tok_emb = nn.Embedding(vocab_size, d_model)
+        self.pos_emb = nn.Embedding(block_size, d_model)
+        self.drop = nn.Dropout(dropout)
+        self.blocks = nn.ModuleList(Block(d_model, n_heads, dropout) for _ in range(n_layers))
+        self.ln_f = nn.LayerNorm(d_model)
+        self.head = nn.Linear(d_model, vocab_size, bias=False)
+        self.head.weight = self.tok_emb.weight
+        for m in self.modules():
+            if isinstance(m, (nn.Linear, nn.Embedding)):
+                nn.init.normal_(m.weight, 0.0, 0.02)
+            if isinstance(m, nn.Linear) and m.bias is not None:
+                nn.init.zeros_(m.bias)
+
+    def forward(self, idx, past_kv=None):
+        T = idx.shape[1]
+        T_past = 0 if past_kv is None else past_kv[0][0].shape[2]
+        positions = torch.arange(T_past, T_past + T, device=idx.device)
+        x = self.drop(self.tok_emb(idx) + self.pos_emb(positions))
+        present = []
+        for i, block in enumerate(self.blocks):
+            x, kv = block(x, None if past_kv is None else past_kv[i])
+            present.append(kv)
+        return self.head(self.ln_f(x)), present
+
+    @torch.no_grad()
+    def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, use_cache=True, generator=None):
+        out, past = idx, None
+        for _ in range(max_new_tokens):
+            if out.shape[1] > self.block_size:
+                logits, _ = self(out[:, -self.block_size:])
+                past = None
+            elif use_cache and past is not None:
+                logits, past = self(out[:, -1:], past)
+            else:
+                logits, past = self(out)
+            nxt = sample_next(logits[:, -1, :], temperature=temperature, top_k=top_k, generator=generator)
+            out = torch.cat([out, nxt.reshape(-1, 1).to(out.dtype)], dim=1)
+        return out
+'''},
+        "must_fail": [],
+    },
+}
