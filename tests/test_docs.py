@@ -209,6 +209,8 @@ def test_no_doc_dates_a_number_by_a_commit():
     assert not COMMIT.search("2026-11-27, 0.065 CPU-s, sha256, decade, 1000000")
     found = []
     for doc in DOCS + HISTORY + sorted((ROOT / "docs").rglob("*.md")):
+        if doc == ROOT / "docs" / "fairness.md":      # written by make certify: its ids are mutants' content hashes
+            continue
         for n, line in enumerate(doc.read_text(encoding="utf-8").splitlines(), 1):
             for m in COMMIT.finditer(line):
                 found.append(f"{doc.relative_to(ROOT)}:{n}: {m.group(0)} in {line.strip()[:100]!r}")
