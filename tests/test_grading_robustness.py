@@ -675,6 +675,14 @@ def test_the_worker_loads_the_forbidden_call_check_before_it_forks():
     assert proc.returncode == 0 and proc.stdout.strip() == "[]", proc.stdout[-1000:] + proc.stderr[-2000:]
 
 
+def _cmdline(proc: Path) -> str:
+    """A process's command line, or "" when it ended while /proc was being listed (other tests' processes)."""
+    try:
+        return (proc / "cmdline").read_bytes().decode(errors="replace")
+    except OSError:
+        return ""
+
+
 def test_a_test_cell_whose_checks_run_past_the_limit_ends_its_judge_not_the_batch(tmp_path):
     """The judge's own work on a learner's answer (here attention over a sequence as long as the learner's
     function says: minutes of one C kernel) ends at the watchdog's deadline (1.5 x the cell's limit + 2 s):
@@ -704,8 +712,7 @@ def test_a_test_cell_whose_checks_run_past_the_limit_ends_its_judge_not_the_batc
         assert verdict.get("judge_exits") and verdict["events"][0]["text"].startswith("timeout: test cell test_f"), verdict
         assert verdict["cells"][0]["points"] == 0
         assert judge.wait(timeout=60) == 3 and judge.stdout.read() == ""   # the next student was not graded here
-        left = [p.name for p in Path("/proc").iterdir() if p.name.isdigit()
-                and str(tmp_path) in (p / "cmdline").read_bytes().decode(errors="replace")]
+        left = [p.name for p in Path("/proc").iterdir() if p.name.isdigit() and str(tmp_path) in _cmdline(p)]
         assert not left, left
     finally:
         if judge.poll() is None:
