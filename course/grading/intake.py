@@ -150,12 +150,6 @@ def _read_open(path: Path, fd: int, keep: Path | None, held: list):
     return nb, problem
 
 
-def json_bounds(data: bytes) -> str | None:
-    """What in ``data`` (a notebook's JSON, not parsed yet) is over the caps, in words; None when it is within them."""
-    counted = json_counts(data)
-    return counted if isinstance(counted, str) else None
-
-
 def json_counts(data: bytes) -> tuple[int, int] | str:
     """``(objects and arrays, values)`` in ``data``, a notebook's JSON not parsed yet, or what in it is over the
     caps (:data:`MAX_JSON_CONTAINERS`, :data:`MAX_JSON_VALUES`, :data:`MAX_JSON_DEPTH`), in words.
