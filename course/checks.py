@@ -80,8 +80,10 @@ def call(fn: Callable, *args, what: str | None = None, hint: str = "", **kwargs)
             raise
         name = what or getattr(fn, "__name__", "your function")
         text = str(exc).strip()
-        raise AssertionError(f"{name} raised {type(exc).__name__}{': ' + text if text else ''}"
-                             f"{'' if text.endswith('.') or not text else '.'}{' ' + hint if hint else ''}") from None
+        failure = AssertionError(f"{name} raised {type(exc).__name__}{': ' + text if text else ''}"
+                                 f"{'' if text.endswith('.') or not text else '.'}{' ' + hint if hint else ''}")
+        failure.course_context = True      # the grader adds what the test cell checks (course/grading/judge/explain.py)
+        raise failure from None
 
 
 def check_type(value, kind, what: str) -> None:

@@ -28,6 +28,11 @@ class ProcessLimit(WorkerGone):
     have. A restart would replay the same cells into the same state, so the notebook ends here."""
 
 
+# What the learner sees of their own exception raised after hidden inputs reached their code: its type, never its
+# text (which their code writes, and could repeat the hidden inputs). run.py adds where it happened and what the
+# cell checks (see ``explained``), so that the failure still says which property broke.
+WITHHELD = "raised by your code after a hidden check's inputs reached it (its message is not shown: it could repeat them)"
+
 BUILTIN_ERRORS = {n: getattr(builtins, n) for n in dir(builtins)
                    if isinstance(getattr(builtins, n), type) and issubclass(getattr(builtins, n), Exception)}
 

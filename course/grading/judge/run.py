@@ -17,6 +17,7 @@ from course import checks
 from course.grading import sandbox
 from course.grading.feedback import graded_notebook, render_feedback
 from course.grading.notebooks import hidden_lines
+from course.grading.judge.explain import explained, top_line
 from course.grading.judge.errors import BUILTIN_ERRORS, Exhausted, ProcessLimit, RemoteError, WorkerGone
 from course.grading.judge.lesson import compiled, free_names, lesson_notebook, memoised, solution_sources, trusted_context
 from course.grading.judge.remote import Remote
@@ -360,7 +361,7 @@ def run_test(session: Session, cell, context: dict, student_defs: dict, timeout:
         session.deadline = None
         return {"passed": False, "message": _cap(_message(exc, timeout), 3000), "restart": "died"}
     session.hidden_lines = (filename, _hidden_block_lines(src))
-    injected = []
+    injected, failed_at = [], None
     try:
         for name in free_names(src):
             if name in ns or hasattr(builtins, name):
@@ -384,9 +385,13 @@ def run_test(session: Session, cell, context: dict, student_defs: dict, timeout:
     except BaseException as exc:  # noqa: BLE001 - any exception is a failed test
         if isinstance(exc, (KeyboardInterrupt, SystemExit)) and not isinstance(exc, SystemExit):
             raise
-        passed, message, restart = False, _message(exc, timeout), None
+        passed, restart = False, None
+        message = explained(exc, _message(exc, timeout), src=src, filename=filename, hidden=session.hidden_lines[1])
+        failed_at = top_line(exc, filename)
     session.deadline = None
-    if session.hidden_lines[1]:
+    hidden = session.hidden_lines[1]
+    # The fork has seen hidden inputs once the cell's hidden part began (a cell that failed before it did not).
+    if hidden and (passed or restart or failed_at is None or failed_at >= min(hidden)):
         session.fork_saw_hidden = True
     session.hidden_lines = None
     # Names the test cell defined stay for later test cells (like a notebook); stand-ins do not (they

@@ -19,7 +19,7 @@ import torch
 
 from course import checks
 from course.grading import cgroups, sandbox
-from course.grading.judge.errors import BUILTIN_ERRORS, ProcessLimit, WorkerGone, rebuild_error
+from course.grading.judge.errors import WITHHELD, BUILTIN_ERRORS, ProcessLimit, WorkerGone, rebuild_error
 from course.grading.judge.remote import Remote, copy_back, mirror, trusted_class, TRUSTED_MODULES
 from course.grading.sandboxed import wire
 from course.grading.sandboxed.wire import WorkerOp, ZygoteEvent, ZygoteOp
@@ -454,7 +454,9 @@ class Session:
         self.last_reply = reply
         if reply.get("ok") is True:
             return reply.get("value") if "missing" not in reply else MISSING
-        raise rebuild_error(self._withheld(reply.get("error") or {}))
+        error = rebuild_error(self._withheld(reply.get("error") or {}))
+        error.from_learner = True        # raised by the learner's code (explain.py words the failure so)
+        raise error
 
     def _withheld(self, info):
         """A learner's exception raised while a hidden check runs keeps its type, not its message: the
@@ -462,8 +464,7 @@ class Session:
         # The type's name is the learner's to choose too: only a builtin exception's name is kept.
         kind = info.get("type") if isinstance(info, dict) else None
         withheld = {"type": kind if kind in BUILTIN_ERRORS else "an exception of a class your code defined",
-                    "message": "raised by your code after a hidden check's inputs reached it (its message is not "
-                               "shown: it could repeat them)"}
+                    "message": WITHHELD}
         if getattr(self, "fork_saw_hidden", False):      # an earlier test cell of this fork sent hidden inputs
             return withheld
         hidden = getattr(self, "hidden_lines", None)

@@ -11,9 +11,13 @@ from __future__ import annotations
 import re
 from typing import Iterable
 
-# A learner-side exception raised while a hidden check ran: the judge withholds its message (it could repeat
-# the hidden inputs), so the learner sees only its type. course/grading/judge/session.py writes this text.
-WITHHELD = "raised by your code after a hidden check's inputs reached it"
+from course.grading.judge.errors import WITHHELD
+from course.grading.judge.explain import PURPOSE
+
+# A learner-side exception raised while hidden inputs were in play: the judge withholds its text (it could repeat
+# the hidden inputs). Alone (WITHHELD), that names only the exception's type; course/grading/judge/explain.py
+# rewords it with where it happened and what the cell checks.
+_WITHHELD_REWORDED = ("its own text is not shown", "its text is not shown here")
 
 # PyTorch's own wording: an error that says only this tells the learner what PyTorch disliked, not which
 # rule of the exercise they broke.
@@ -59,17 +63,34 @@ def bare_traceback(message: str, **_) -> str | None:
     return None
 
 
+def purpose_given(message: str) -> bool:
+    """The grader said what the failing cell checks (``This cell checks: <its docstring>``, six words at least)."""
+    _, found, said = message.partition(PURPOSE)
+    return bool(found) and len(_WORD.findall(said)) >= 6
+
+
+def explained_exception(message: str) -> bool:
+    """An exception the judge put in context: where it was raised, and what the cell checks."""
+    where = re.search(r"\(Raised (by your code|by the test's use|while the test checked)|raised by your code (in this "
+                      r"cell's hidden checks|at the line)|your code (uses the name|reads its variable) '\w+'", message)
+    return bool(where) and purpose_given(message)
+
+
 def withheld_exception(message: str, **_) -> str | None:
-    """The learner's code raised during a hidden check: the learner sees the type, not what rule failed."""
+    """The learner's code raised while hidden inputs were in play: its text is withheld, so the message must say
+    where it happened and what the cell checks, or the learner sees the type and nothing they can act on."""
     if WITHHELD in message:
         return "the learner's code raised inside a hidden check: the message names only the exception's type"
+    if any(w in message for w in _WITHHELD_REWORDED) and not explained_exception(message):
+        return "an exception's text withheld without where it happened and what the cell checks"
     return None
 
 
 def only_library_error(message: str, **_) -> str | None:
     """An exception other than AssertionError whose text is PyTorch's (or Python's) own wording."""
     kind, text = split(message)
-    if kind and kind != "AssertionError" and (_TORCH_WORDING.search(text) or not _LEARNER.search(text)):
+    if (kind and kind != "AssertionError" and (_TORCH_WORDING.search(text) or not _LEARNER.search(text))
+            and not explained_exception(message)):
         return f"only a library error ({kind}): it says what PyTorch or Python refused, not which rule was broken"
     return None
 
@@ -81,12 +102,14 @@ _RULE = re.compile(r"\b(should|must|expected|instead|never|only|each|every|not|n
 def names_no_property(message: str, names: Iterable[str] = (), **_) -> str | None:
     """In the learner's terms: a sentence (at least six words) that states the rule or the expectation
     (``should``, ``expected``, ``must``, ``instead``...) or speaks of the learner's code (``your``, a graded
-    name of the lesson). A message of the grader about a name (``name 'x' is not defined: run (or fix) the
-    cell that defines it``) names a variable of the learner's function, not a property of it."""
+    name of the lesson). The grader's word on a missing name (``name 'softmax' is not defined: run (or fix) the
+    cell that defines it``) passes only for a name the exercise asks for: a variable inside the learner's
+    function is no property of it."""
     _, text = split(message)
     words = _WORD.findall(text)
     about = _RULE.search(text) or _LEARNER.search(text) or any(n and n in text for n in names)
-    if len(words) < 6 or not about or re.match(r"name '\w+' is not defined", text):
+    undefined = re.match(r"name '(\w+)' is not defined", text)
+    if len(words) < 6 or not about or (undefined and undefined.group(1) not in names):
         return "does not name the learner's code and what about it is wrong"
     return None
 

@@ -51,8 +51,11 @@ loses a point on any seed; every killed mutant's failing cells have messages tha
   `tests/alternatives/<id>.py` (*blind*: written from the student notebook alone, without reading the hidden
   tests), each graded once per seed (the parameters cell's `SEED`).
 - **Messages** (`messages.py`): every failing cell of a killed mutant: not empty, not a bare exception or
-  traceback, not only PyTorch's (or Python's) wording, not the withheld message of an exception raised inside a
-  hidden check, a sentence about the learner's code or the rule, and no line of hidden-test code.
+  traceback, not only PyTorch's (or Python's) wording, not an exception's withheld text alone, a sentence about
+  the learner's code or the rule, and no line of hidden-test code. A failure that is an exception (the learner's
+  code raised, or the test could not use what it returned) passes when the judge put it in context
+  (`course/grading/judge/explain.py`): where it was raised (the visible test line, or "in this cell's hidden
+  checks") and what the cell checks (its docstring, which the student notebook shows).
 - **In `make test`** (`tests/test_fairness.py`): the engine's unit tests, a fixed sample (one mutant of one
   exercise per lesson, both chosen by a stable hash, among those this page records as killed) and every
   `tests/alternatives/` entry (packed into two submissions per lesson, seed 0): 36 submissions in one
