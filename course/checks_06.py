@@ -87,8 +87,7 @@ def check_separate_layers(mha, what: str = "your MultiHeadAttention") -> None:
         same = [other for other in names if other != name and torch.allclose(got, values[other], atol=1e-5, rtol=1e-4)]
         checks.check(not same, f"{name} and {same[0] if same else ''} of {what} are one and the same layer: setting "
                                f"{same[0] if same else ''}.weight changed {name}.weight too. q, k, v and the output need four "
-                               f"distinct layers (self.w_q = nn.Linear(d_model, d_model, bias=bias), and likewise w_k, w_v, w_o), "
-                               f"not one layer under two names.")
+                               f"distinct layers (a new nn.Linear for each of w_q, w_k, w_v and w_o), not one layer under two names.")
         checks.check(False, f"{what}.{name}.weight does not hold the values the test gave it.")
 
 
