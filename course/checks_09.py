@@ -16,7 +16,7 @@ from course import checks
 
 __all__ = ["randomise", "make_gpt", "make_attention", "sample_frequencies", "check_frequencies",
            "check_same_tokens", "gpt_logits", "expected_parameters", "torch_causal_attention", "attention_dropout_probe",
-           "mlp_dropout_probe", "check_output_dropout", "check_gpt_dropout"]
+           "mlp_dropout_probe", "block_attention_dropout_probe", "check_output_dropout", "check_gpt_dropout"]
 
 
 def randomise(module, generator: torch.Generator, what: str, scale: float = 0.3):
@@ -158,6 +158,25 @@ def mlp_dropout_probe(cls, d_model, n_heads, p, *, generator):
     values = {**checks.zero_values(state, "attn.proj.weight", "attn.proj.bias"),
               **checks.constant_hidden_values(state, "mlp.fc.weight", "mlp.fc.bias", "mlp.proj.weight", "mlp.proj.bias",
                                               generator)}
+    checks.set_params(block, values, "your Block")
+    block.train()
+    return block
+
+
+def block_attention_dropout_probe(cls, d_model, n_heads, p, *, generator):
+    """The learner's ``Block(d_model, n_heads, dropout=p)`` in training mode whose attention is probed as in
+    :func:`attention_dropout_probe` (``attn.qkv`` and ``attn.proj`` set so that, without dropout on its weights,
+    it adds one fixed vector at every position) and whose MLP adds nothing (``mlp.proj`` zero): what the block
+    adds to its input is what its attention returns, so a Block that does not hand its dropout to its
+    attention shows it."""
+    block = checks.call(cls, d_model, n_heads, dropout=p, what="Block.__init__")
+    state = checks.call(block.state_dict, what="Block.state_dict")
+    names = ("attn.qkv.weight", "attn.qkv.bias", "attn.proj.weight", "attn.proj.bias", "mlp.proj.weight", "mlp.proj.bias")
+    missing = [n for n in names if not checks.has_param(state, n)]
+    checks.check(not missing, f"your Block has no parameter {missing[0] if missing else ''!r}; name the parts as the "
+                              "docstrings say (attn.qkv, attn.proj, mlp.fc, mlp.proj).")
+    values = {**checks.uniform_attention_values(state, *names[:4], generator),
+              **checks.zero_values(state, "mlp.proj.weight", "mlp.proj.bias")}
     checks.set_params(block, values, "your Block")
     block.train()
     return block

@@ -1,7 +1,8 @@
 """Correct alternatives for the fairness certificate (``make certify``), in the planted banks' format.
 
 Written from the student notebook alone (its text and docstrings), without reading the hidden tests:
-``blind: True``. Every entry must keep full marks on seeds 0-2.
+``blind: True``. Every entry must keep full marks on seeds 0-2. The entries marked ``blind: False`` were
+written with the hidden tests in view (issue 42), in styles that its new checks could wrongly punish.
 """
 
 _INIT = '''
@@ -46,6 +47,35 @@ VARIANTS = {
             lengths = mask.sum(dim=1, keepdim=True)
             weights = torch.where(mask, 1.0 / lengths.clamp(min=1).to(x.dtype), torch.zeros((), dtype=x.dtype))
         return F.linear(pooled, self.head.weight, self.head.bias), weights
+'''},
+        "must_fail": [],
+    },
+    "attention_log_mask_style": {
+        "blind": False, "style": "the log of the float mask added to the scores (0 or -inf), NaN rows zeroed by nan_to_num",
+        "replace": {"AttentionPooling": '''class AttentionPooling(nn.Module):
+    def __init__(self, d_model):
+        super().__init__()
+        self.query = nn.Parameter(torch.randn(d_model) / d_model ** 0.5)
+
+    def forward(self, x, mask):
+        scores = torch.matmul(x, self.query) + torch.log(mask.to(x.dtype))     # log 1 = 0, log 0 = -inf
+        weights = torch.softmax(scores, dim=-1).nan_to_num(0.0)                # a row of -inf only: NaN -> 0
+        pooled = (weights.unsqueeze(-1) * x).sum(dim=1)
+        return pooled, weights
+'''},
+        "must_fail": [],
+    },
+    "classifier_l1_normalised_mask_style": {
+        "blind": False, "style": "mean weights as the L1-normalised mask (F.normalize), pooled by bmm",
+        "replace": {"TweetClassifier": _INIT + '''
+    def forward(self, ids, mask):
+        x = self.embed(ids)
+        if self.pool is not None:
+            pooled, weights = self.pool(x, mask)
+        else:
+            weights = F.normalize(mask.to(x.dtype), p=1, dim=-1)               # 1/L on real tokens; 0/eps = 0 if L = 0
+            pooled = torch.bmm(weights.unsqueeze(1), x).squeeze(1)
+        return self.head(pooled), weights
 '''},
         "must_fail": [],
     },

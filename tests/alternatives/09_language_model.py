@@ -1,7 +1,8 @@
 """Correct alternatives for the fairness certificate (``make certify``), in the planted banks' format.
 
 Written from the student notebook alone (its text and docstrings), without reading the hidden tests:
-``blind: True``. Every entry must keep full marks on seeds 0-2.
+``blind: True``. Every entry must keep full marks on seeds 0-2. The entries marked ``blind: False`` were
+written with the hidden tests in view (issue 42), in styles that its new checks could wrongly punish.
 """
 
 LESSON = "09_language_model"
@@ -143,6 +144,54 @@ class GPT(nn.Module):
             nxt = sample_next(logits[:, -1, :], temperature=temperature, top_k=top_k, generator=generator)
             out = torch.cat([out, nxt.reshape(-1, 1).to(out.dtype)], dim=1)
         return out
+'''},
+        "must_fail": [],
+    },
+    "attn_dropout_module_block_keyword_style": {
+        "blind": False,
+        "style": "attention weights by hand with an nn.Dropout module on them; the Block passes dropout by keyword, "
+                 "its MLP an nn.ModuleDict",
+        "replace": {"CausalSelfAttention": '''
+class CausalSelfAttention(nn.Module):
+    def __init__(self, d_model, n_heads, dropout=0.0):
+        super().__init__()
+        assert d_model % n_heads == 0, "n_heads must divide d_model"
+        self.n_heads = n_heads
+        self.dropout = dropout
+        self.qkv = nn.Linear(d_model, 3 * d_model)
+        self.proj = nn.Linear(d_model, d_model)
+        self.weight_drop = nn.Dropout(dropout)
+        self.out_drop = nn.Dropout(dropout)
+
+    def forward(self, x, past_kv=None):
+        B, T, D = x.shape
+        H = self.n_heads
+        q, k, v = self.qkv(x).chunk(3, dim=-1)
+        q, k, v = (t.unflatten(-1, (H, D // H)).transpose(1, 2) for t in (q, k, v))
+        if past_kv is not None:
+            k, v = torch.cat([past_kv[0], k], dim=2), torch.cat([past_kv[1], v], dim=2)
+        T_all = k.shape[2]
+        allowed = torch.ones(T, T_all, dtype=torch.bool, device=x.device).tril(diagonal=T_all - T)
+        scores = torch.einsum("bhqd,bhkd->bhqk", q, k) * (D // H) ** -0.5
+        weights = self.weight_drop(torch.softmax(torch.where(allowed, scores, float("-inf")), dim=-1))
+        out = torch.einsum("bhqk,bhkd->bhqd", weights, v).transpose(1, 2).reshape(B, T, D)
+        return self.out_drop(self.proj(out)), (k, v)
+''',
+                    "Block": '''
+class Block(nn.Module):
+    def __init__(self, d_model, n_heads, dropout=0.0):
+        super().__init__()
+        self.ln1 = nn.LayerNorm(d_model)
+        self.attn = CausalSelfAttention(d_model=d_model, n_heads=n_heads, dropout=dropout)
+        self.ln2 = nn.LayerNorm(d_model)
+        self.mlp = nn.ModuleDict({"fc": nn.Linear(d_model, 4 * d_model), "proj": nn.Linear(4 * d_model, d_model)})
+        self.drop = nn.Dropout(dropout)
+
+    def forward(self, x, past_kv=None):
+        a, present = self.attn(self.ln1(x), past_kv=past_kv)
+        x = x + a
+        h = F.gelu(self.mlp["fc"](self.ln2(x)))
+        return x + self.drop(self.mlp["proj"](h)), present
 '''},
         "must_fail": [],
     },

@@ -1,7 +1,8 @@
 """Correct alternatives for the fairness certificate (``make certify``), in the planted banks' format.
 
 Written from the student notebook alone (its text and docstrings), without reading the hidden tests:
-``blind: True``. Every entry must keep full marks on seeds 0-2.
+``blind: True``. Every entry must keep full marks on seeds 0-2. The entries marked ``blind: False`` were
+written with the hidden tests in view (issue 42), in styles that its new checks could wrongly punish.
 """
 
 LESSON = "12_efficient_attention"
@@ -50,6 +51,33 @@ def repeat_kv(x, n_rep):
 def repeat_kv(x, n_rep):
     index = torch.arange(x.shape[1] * n_rep, device=x.device) // n_rep
     return x.index_select(1, index)
+'''},
+        "must_fail": [],
+    },
+    "chunked_additive_finfo_min_bias_style": {
+        "blind": False, "style": "the causal mask as an additive bias of the dtype's minimum, einsum, key chunks by split",
+        "replace": {"chunked_attention": '''
+def chunked_attention(q, k, v, chunk_size, causal=False):
+    T_q = q.shape[-2]
+    neg = torch.finfo(q.dtype).min
+    m = torch.full((*q.shape[:-1], 1), float("-inf"), dtype=q.dtype, device=q.device)
+    l = torch.zeros_like(m)
+    acc = torch.zeros((*q.shape[:-1], v.shape[-1]), dtype=q.dtype, device=q.device)
+    start = 0
+    for k_c, v_c in zip(k.split(chunk_size, dim=-2), v.split(chunk_size, dim=-2)):
+        c = k_c.shape[-2]
+        s = torch.einsum("...qd,...kd->...qk", q, k_c) / math.sqrt(q.shape[-1])
+        if causal:
+            future = torch.arange(start, start + c, device=q.device)[None, :] > torch.arange(T_q, device=q.device)[:, None]
+            s = s + torch.zeros(future.shape, dtype=s.dtype, device=s.device).masked_fill(future, neg)   # saturates at neg
+        m_new = torch.maximum(m, s.amax(dim=-1, keepdim=True))
+        p = torch.exp(s - m_new)
+        scale_old = torch.exp(m - m_new)
+        l = scale_old * l + p.sum(dim=-1, keepdim=True)
+        acc = scale_old * acc + torch.einsum("...qk,...kd->...qd", p, v_c)
+        m = m_new
+        start += c
+    return acc / l
 '''},
         "must_fail": [],
     },

@@ -285,3 +285,28 @@ VARIANTS.update({
         "says": {"test_attention_pooling_fully_padded": ["uniform", "after the softmax"]},
     },
 })
+
+# ---------------------------------------------------------------------------------------- issue 42 (certificate)
+# Survivors of the fairness certificate: a finite fill (-1e4) loses once the real scores fall below it; the
+# classifier's mean-pooling weights divide by a length clamped at 2 (a one-word tweet gets half its vector)
+# or at 0 (a fully padded row gives 0/0 = NaN).
+_LENGTHS = "lengths = mask.sum(dim=-1, keepdim=True).clamp(min=1)"
+VARIANTS.update({
+    "attention_fill_minus_1e4": {
+        "replace": {"AttentionPooling": _derived(LESSON, "AttentionPooling", (
+            "scores.masked_fill(~mask, torch.finfo(scores.dtype).min)", "scores.masked_fill(~mask, -1e4)"))},
+        "must_fail": ["test_attention_pooling_padding_zero"],
+        "says": {"test_attention_pooling_padding_zero": ["-1e4", "-inf"]},
+    },
+    "classifier_mean_lengths_clamped_at_2": {
+        "replace": {"TweetClassifier": _derived(LESSON, "TweetClassifier", (_LENGTHS, _LENGTHS.replace("min=1", "min=2")))},
+        "must_fail": ["test_tweet_classifier"],
+        "says": {"test_tweet_classifier": ["one-word tweet"]},
+    },
+    "classifier_mean_lengths_clamped_at_0": {
+        "replace": {"TweetClassifier": _derived(LESSON, "TweetClassifier", (_LENGTHS, _LENGTHS.replace("min=1", "min=0")))},
+        "must_fail": ["test_tweet_classifier"],
+        "says": {"test_tweet_classifier": ["fully padded row"]},
+    },
+})
+EXTENDED = ["classifier_mean_lengths_clamped_at_0"]  # another variant of the bug above, same cell

@@ -495,3 +495,25 @@ VARIANTS.update({
                                               "test_mha_gradients": ["registered"]}},
     "mha_scale_buffer_style": {"replace": {"MultiHeadAttention": MHA_SCALE_BUFFER_STYLE}, "must_fail": []},
 })
+
+# ---------------------------------------------------------------------------------------- issue 42 (certificate)
+# Survivors of the fairness certificate. A finite fill loses once every allowed score is below it; one layer
+# under two names agrees with every oracle that copies the learner's weights.
+MHA_FILL_MINUS_1E4 = _derived(LESSON, "MultiHeadAttention",
+                              ("scores.masked_fill(~mask, torch.finfo(scores.dtype).min)", "scores.masked_fill(~mask, -1e4)"))
+_ONE_LAYER = "        self.{0} = nn.Linear(d_model, d_model, bias=bias)\n"
+MHA_W_K_IS_W_Q = _derived(LESSON, "MultiHeadAttention", (_ONE_LAYER.format("w_k"), "        self.w_k = self.w_q\n"))
+MHA_W_V_IS_W_Q = _derived(LESSON, "MultiHeadAttention", (_ONE_LAYER.format("w_v"), "        self.w_v = self.w_q\n"))
+MHA_W_O_IS_W_Q = _derived(LESSON, "MultiHeadAttention", (_ONE_LAYER.format("w_o"), "        self.w_o = self.w_q\n"))
+
+VARIANTS.update({
+    "mha_fill_minus_1e4": {"replace": {"MultiHeadAttention": MHA_FILL_MINUS_1E4}, "must_fail": ["test_mha_masks"],
+                           "says": {"test_mha_masks": ["-1e4", "-inf"]}},
+    "mha_w_k_is_w_q": {"replace": {"MultiHeadAttention": MHA_W_K_IS_W_Q}, "must_fail": ["test_mha_shapes"],
+                       "says": {"test_mha_shapes": ["same layer"]}},
+    "mha_w_v_is_w_q": {"replace": {"MultiHeadAttention": MHA_W_V_IS_W_Q}, "must_fail": ["test_mha_shapes"],
+                       "says": {"test_mha_shapes": ["same layer"]}},
+    "mha_w_o_is_w_q": {"replace": {"MultiHeadAttention": MHA_W_O_IS_W_Q}, "must_fail": ["test_mha_shapes"],
+                       "says": {"test_mha_shapes": ["same layer"]}},
+})
+EXTENDED += ["mha_w_v_is_w_q", "mha_w_o_is_w_q"]

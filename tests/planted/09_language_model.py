@@ -389,3 +389,19 @@ VARIANTS.update({
                                            "must_fail": ["test_gpt_dropout"],
                                            "says": {"test_gpt_dropout": ["on the softmax weights"]}},
 })
+
+# ---------------------------------------------------------------------------------------- issue 42 (certificate)
+# A survivor of the fairness certificate: the Block builds its attention without the dropout (the MLP's dropout
+# still makes training differ from eval, so only a probe of the Block's own attention sees it).
+import sys as _sys
+from pathlib import Path as _Path
+
+_sys.path.insert(0, str(_Path(__file__).resolve().parents[1]))
+from planting import derived as _derived  # noqa: E402
+
+VARIANTS["block_attention_without_dropout"] = {
+    "replace": {"Block": _derived(LESSON, "Block", ("CausalSelfAttention(d_model, n_heads, dropout)",
+                                                    "CausalSelfAttention(d_model, n_heads)"))},
+    "must_fail": ["test_gpt_dropout"],
+    "says": {"test_gpt_dropout": ["Block's attention"]},
+}

@@ -252,3 +252,13 @@ CHUNKED_FP32_ACCUMULATION_STYLE = _derived(LESSON, "chunked_attention",
 VARIANTS.update({
     "chunked_fp32_accumulation_style": {"replace": {"chunked_attention": CHUNKED_FP32_ACCUMULATION_STYLE}, "must_fail": []},
 })
+
+# ---------------------------------------------------------------------------------------- issue 42 (certificate)
+# A survivor of the fairness certificate: the future filled with a finite -1e4, which every visible score near -1e5
+# falls below, so the future takes the weight.
+VARIANTS["causal_fill_minus_1e4"] = {
+    "replace": {"chunked_attention": _derived(LESSON, "chunked_attention",
+                                              ('masked_fill(k_pos > q_pos, float("-inf"))', "masked_fill(k_pos > q_pos, -1e4)"))},
+    "must_fail": ["test_chunked_attention_causal"],
+    "says": {"test_chunked_attention_causal": ["-1e4", "-inf"]},
+}
