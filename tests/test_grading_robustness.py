@@ -836,3 +836,43 @@ def test_a_test_enters_and_leaves_a_learners_context_manager(tmp_path, judge_scr
     source, sub = _lesson(tmp_path, CONTEXT_MANAGER, test)
     (cell,) = _judge(judge_scratch, source, sub)["cells"]
     assert cell["passed"], cell["message"]
+
+
+def test_a_stopped_process_is_not_seen_to_wake_while_a_busy_machine_lets_its_threads_settle():
+    """The zygote tells a woken worker (SIGCONT from the tests' fork) by the kernel's count of the time each of
+    its threads ran, from a baseline taken once the stop has settled. A CPU-bound process with three busy threads,
+    stopped 20 times: never seen to run while stopped; woken once by SIGCONT: seen. (An honest planted bug was
+    once reported as having woken its worker on a loaded machine; the cause was not reproduced.)"""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from course.grading.sandboxed.zygote import ran_since, runtime, settled_runtime, stopped
+
+    busy = ("import threading\n"
+            "def spin():\n    while True: pass\n"
+            "for _ in range(3): threading.Thread(target=spin, daemon=True).start()\n"
+            "spin()\n")
+    proc = subprocess.Popen([sys.executable, "-c", busy])
+    try:
+        time.sleep(0.3)
+        for _ in range(20):
+            os.kill(proc.pid, signal.SIGSTOP)
+            assert stopped(proc.pid)
+            base = settled_runtime(proc.pid)
+            time.sleep(0.02)
+            assert not ran_since(base, runtime(proc.pid)), "a stopped process was seen to run"
+            os.kill(proc.pid, signal.SIGCONT)
+            time.sleep(0.01)
+        os.kill(proc.pid, signal.SIGSTOP)
+        assert stopped(proc.pid)
+        base = settled_runtime(proc.pid)
+        os.kill(proc.pid, signal.SIGCONT)             # what a woken worker does: it runs
+        time.sleep(0.05)
+        os.kill(proc.pid, signal.SIGSTOP)
+        assert stopped(proc.pid)
+        assert ran_since(base, settled_runtime(proc.pid)), "a woken process was not seen to run"
+    finally:
+        proc.kill()
+        proc.wait()

@@ -206,21 +206,42 @@ def _live_threads(pid: int) -> bool:
     return False
 
 
-def runtime(pid: int) -> int:
-    """Nanoseconds ``pid``'s threads have run (the kernel's own count, /proc/<pid>/task/*/schedstat): a stopped
-    process does not run, so a reading that grows means something woke it."""
-    total = 0
+def runtime(pid: int) -> dict[str, int]:
+    """Nanoseconds each of ``pid``'s threads has run (the kernel's own count, /proc/<pid>/task/*/schedstat): a
+    stopped process does not run, so a thread whose reading grows, or a new thread, means something woke it."""
+    counts = {}
     try:
         tids = os.listdir(f"/proc/{pid}/task")
     except OSError:
-        return 0
+        return counts
     for tid in tids:
         try:
             with open(f"/proc/{pid}/task/{tid}/schedstat", "rb") as fh:
-                total += int(fh.read().split()[0])
+                counts[tid] = int(fh.read().split()[0])
         except (OSError, IndexError, ValueError):
             continue
-    return total
+    return counts
+
+
+def ran_since(before: dict[str, int], now: dict[str, int]) -> bool:
+    """Some thread ran between two readings (a thread that ended since, as a zombie thread of a stopped
+    process may, is not running)."""
+    return any(n > before.get(tid, -1) for tid, n in now.items())
+
+
+def settled_runtime(pid: int, limit: float = 1.0) -> dict[str, int]:
+    """``runtime`` once the stop has taken effect: a thread shows 'T' as it stops, and its count is brought up
+    to date when it leaves the CPU, a moment later (longer on a loaded machine). Two equal readings 5 ms
+    apart, or what the last reading says after ``limit`` seconds."""
+    deadline = time.monotonic() + limit
+    last = runtime(pid)
+    while time.monotonic() < deadline:
+        time.sleep(0.005)
+        now = runtime(pid)
+        if now == last:
+            return now
+        last = now
+    return last
 
 
 def stopped(pid: int, limit: float = 2.0) -> bool:
@@ -271,7 +292,7 @@ def fence(worker: int, fork: int, stop: bool = True, limit: float = 3.0) -> tupl
         keep.add(fork)
         if stop:
             _signal(worker, "SIGSTOP")
-            stopped(worker)
+            stopped(worker, limit=5.0)          # a thread waiting for a CPU on a loaded machine stops late
     else:
         fork = 0
     ended: set[int] = set()
@@ -314,14 +335,14 @@ class _Tests:
     by the kernel's count of the worker's running time, however the worker is stopped again after)."""
 
     def __init__(self):
-        self.fork, self.ran, self.woke = 0, 0, False
+        self.fork, self.ran, self.woke = 0, {}, False
 
     def answer(self, op, msg: dict, worker: int, say) -> None:
         """FENCE, CENSUS or RESUME (see :class:`course.grading.sandboxed.wire.ZygoteOp`): says FENCED."""
         if op == ZygoteOp.FENCE:
             claimed = msg.get("fork")
             ended, self.fork, clean = fence(worker, claimed if type(claimed) is int and claimed > 1 else 0)
-            self.ran, self.woke = runtime(worker), False
+            self.ran, self.woke = settled_runtime(worker) if self.fork else {}, False
         elif op == ZygoteOp.CENSUS:
             self._watch(worker)
             ended, self.fork, clean = fence(worker, self.fork, stop=False)
@@ -329,16 +350,16 @@ class _Tests:
             self._watch(worker)
             _wait_for_end(self.fork)
             ended, _, clean = fence(worker, 0, stop=False)
-            self.fork, self.ran = 0, 0
+            self.fork, self.ran = 0, {}
             _signal(worker, "SIGCONT")
         say(ev=ZygoteEvent.FENCED, ended=ended, fork=self.fork, clean=clean, last_pid=last_pid(), woke=self.woke)
 
     def _watch(self, worker: int) -> None:
-        if self.fork and runtime(worker) != self.ran:      # the stopped worker ran: stop it again, say so
+        if self.fork and ran_since(self.ran, runtime(worker)):      # the stopped worker ran: stop it again, say so
             self.woke = True
             _signal(worker, "SIGSTOP")
             stopped(worker)
-            self.ran = runtime(worker)
+            self.ran = settled_runtime(worker)
 
 
 def serve_sandbox(ctrl_fd: int, keep: dict[str, frozenset], worker_class) -> None:
