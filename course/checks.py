@@ -126,7 +126,11 @@ def check_close(actual, expected, what: str, *, atol: float = 1e-5, rtol: float 
 
     The message gives the shape, the worst position, both values there, and an optional hint.
     """
-    expected = torch.as_tensor(expected)
+    try:
+        expected = torch.as_tensor(expected)
+    except Exception:  # noqa: BLE001 - a test may compare two answers of the learner's: either can be wrong
+        raise AssertionError(f"{what} cannot be compared: the value it is compared with (also your code's) is a "
+                             f"{type(expected).__name__}, not a tensor.") from None
     if not isinstance(actual, torch.Tensor):
         try:
             actual = torch.as_tensor(actual)

@@ -217,6 +217,48 @@ def softmax(x, dim=-1):
 AROUND = {"sigcont": (SIGCONT_SETUP, SIGCONT_SOFTMAX), "codeswap": (CODESWAP_SETUP, CODESWAP_SOFTMAX),
           "codeswap-quiet": (CODESWAP_QUIET_SETUP, CODESWAP_SOFTMAX), "lazy": ("", LAZY_SOFTMAX)}
 
+# Hidden inputs carried to a later fork of the tests: softmax is correct but records the inputs the visible
+# tests never use; the next run of test cells (soft_lookup's, after a learner cell: a fresh fork) raises them
+# from a visible line. Kept in shared memory made before the fork, or in a file (a red team's, issue 42:
+# both put lesson 00's hidden inputs on the page while the flag that withholds them was reset per fork).
+CARRY_SOFTMAX = '''
+import os
+_HOME = os.getpid()
+
+def softmax(x, dim=-1):
+    if x.numel() and (x.abs().max() > 900 or tuple(x.shape) in ((2, 3, 4), (5,))):   # not the visible inputs
+        _keep((str(tuple(x.shape)) + ":" + ",".join(f"{v:g}" for v in x.flatten().tolist()[:12]) + ";").encode())
+    shifted = x - x.amax(dim=dim, keepdim=True)
+    e = shifted.exp()
+    return e / e.sum(dim=dim, keepdim=True)
+'''
+CARRY_LOOKUP = '''
+def soft_lookup(query, keys, values, temperature=1.0):
+    kept = _kept()
+    if kept and os.getpid() != _HOME:
+        raise ValueError("CARRIED:" + kept[:1800])
+    weights = softmax(keys @ query / temperature, dim=-1)
+    return weights @ values, weights
+'''
+CARRY = {
+    "carry-shm": '''
+import mmap
+_SHM = mmap.mmap(-1, 1 << 16)            # shared by the worker and every fork of it
+def _keep(rec):
+    end = _SHM.find(b"\\0")
+    _SHM[end:end + len(rec)] = rec
+def _kept():
+    return bytes(_SHM[:_SHM.find(b"\\0")]).decode()
+''',
+    "carry-file": '''
+import os
+def _keep(rec):
+    with open("kept.txt", "ab") as f:
+        f.write(rec)
+def _kept():
+    return open("kept.txt").read() if os.path.exists("kept.txt") else ""
+'''}
+
 # Idioms of honest notebooks that a static reader used to punish (0/13): they keep every point.
 IDIOMS = """
 import sys, importlib, multiprocessing
@@ -251,6 +293,9 @@ def path_batch(tmp_path_factory):
             nb.cells.append(nbformat.v4.new_code_cell("pass"))
         write_submission(subs, name, L00, nb)
     write_submission(subs, "idioms", L00, _with_cell(build_submission(L00), IDIOMS))
+    for name, keeper in CARRY.items():
+        write_submission(subs, name, L00, build_submission(L00, {"softmax": keeper + CARRY_SOFTMAX,
+                                                                  "soft_lookup": CARRY_LOOKUP}))
     proc = subprocess.run([sys.executable, "-c", MEASURED, "grade", str(subs), "--out", str(out), "--jobs", "2",
                            "--timeout", "60"], capture_output=True, text=True, timeout=2400, cwd=ROOT)
     said = proc.stdout + proc.stderr
@@ -324,6 +369,23 @@ def test_no_way_around_the_tests_fork_scores_more_than_the_forbidden_call(path_b
     assert "woke the process the tests had stopped" in got[("sigcont", L00)]["detail"], got[("sigcont", L00)]
     idioms = got[("idioms", L00)]
     assert idioms["score"] == idioms["max_score"], idioms
+
+
+def test_hidden_inputs_carried_to_a_later_fork_reach_no_page(path_batch):
+    """Once hidden inputs have reached the learner's code, its exceptions keep their type and lose their text for
+    the rest of the submission, not only in that fork: what a fork learns can outlive it (shared memory, a
+    file). The failures still say where they happened and what the cell checks."""
+    got, out, _, _ = path_batch
+    L00 = "00_softmax_lookup"
+    hidden_values = ("-1040.8", "29999.5", "-1001", "1.98406")      # lesson 00's hidden inputs, as recorded
+    for name in CARRY:
+        r = got[(name, L00)]
+        failing = [c for c in r["cells"] if not c["passed"]]
+        assert failing and all(c["grade_id"].startswith("test_soft_lookup") for c in failing), (name, r["score"])
+        page = next((out / "feedback" / name / L00).glob("*.html")).read_text()
+        for text in [c["message"] for c in r["cells"]] + [r.get("detail", ""), page]:
+            assert "CARRIED:(" not in text and not any(v in text for v in hidden_values), (name, text[:500])
+        assert all("This cell checks:" in c["message"] and "text is not shown" in c["message"] for c in failing), failing
 
 
 def test_notebooks_that_would_take_the_graders_memory(path_batch):

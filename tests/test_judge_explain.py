@@ -6,6 +6,7 @@ the fairness certificate, which the old wording failed."""
 from __future__ import annotations
 
 import pytest
+import torch
 
 from course.grading.judge.errors import WITHHELD, rebuild_error
 from course.grading.judge.explain import PURPOSE, explained
@@ -130,3 +131,38 @@ def test_checks_call_names_the_call_and_gets_the_property():
         msg = explained(exc, _message(exc, 60), src=src, filename=filename, hidden=_hidden_block_lines(src))
     assert msg.startswith("AssertionError: softmax raised RuntimeError: The size of tensor a (7)")
     assert msg.endswith(PURPOSE + "softmax normalises along the dimension it is given, and only that one.")
+
+
+def test_an_assert_in_the_learners_code_is_the_learners():
+    # with its own text: not taken for a check's sentence
+    msg = _fail(CELL, _learner_error("AssertionError", "x should be a matrix"), 6)
+    assert msg.startswith("AssertionError: x should be a matrix. (An assert in your code failed, at the line")
+    assert PURPOSE in msg
+    # without one: not blamed on the test
+    msg = _fail(CELL, _learner_error("AssertionError", ""), 6)
+    assert "An assert in your code failed" in msg and "without a message of its own" not in msg
+
+
+def test_a_withheld_name_error_keeps_its_type_and_no_wrong_advice():
+    msg = _fail(CELL, _learner_error("UnboundLocalError", WITHHELD), 6)
+    assert msg.startswith("UnboundLocalError: raised by your code at the line `out = learner(x)`")
+    assert "run (or fix) the cell" not in msg
+
+
+def test_a_visible_helper_called_from_the_hidden_part_counts_as_hidden():
+    src = ('"""chunked attention skips the blocks above the diagonal, for any block size."""\n'
+           'def check_skipped(n):\n'
+           '    return learner(n)\n'
+           'check_skipped(6)\n'
+           '### BEGIN HIDDEN TESTS\n'
+           'check_skipped(96)\n'
+           '### END HIDDEN TESTS\n')
+    msg = _fail(src, _learner_error("ValueError", WITHHELD), 96)
+    assert "in this cell's hidden checks" in msg and "return learner(n)" not in msg and "96" not in msg
+
+
+def test_check_close_of_two_answers_names_a_value_that_is_not_a_tensor():
+    from course import checks
+
+    with pytest.raises(AssertionError, match="the value it is compared with .* is a str, not a tensor"):
+        checks.check_close(torch.zeros(2), "0.5", "out after shuffling the table")

@@ -42,12 +42,6 @@ def _test_frames(exc: BaseException, filename: str) -> list[int]:
     return lines
 
 
-def top_line(exc: BaseException, filename: str) -> int | None:
-    """The test cell's own statement (module level) that the exception came out of."""
-    lines = _test_frames(exc, filename)
-    return lines[0] if lines else None
-
-
 def raised_by_the_test(exc: BaseException, filename: str) -> bool:
     """The exception started in the test cell's own code (a name it could not find, an unpacking of what the
     learner's function returned), not inside a call to the learner's code."""
@@ -63,14 +57,15 @@ def explained(exc: BaseException, message: str, *, src: str, filename: str, hidd
     withheld = WITHHELD in message
     text = str(exc).strip()
     about = purpose(src)
-    if isinstance(exc, AssertionError) and text and not withheld:
+    learners = getattr(exc, "from_learner", False)
+    if isinstance(exc, AssertionError) and text and not withheld and not learners:
         if getattr(exc, "course_context", False) and about:      # checks.call: the learner's call raised
             return f"{message.rstrip()}{'' if message.rstrip().endswith('.') else '.'} {PURPOSE}{about}"
         return message                                   # a check's own sentence, in the learner's terms
     lines = src.splitlines()
     inner = _test_frames(exc, filename)
     line = inner[-1] if inner else None
-    in_hidden = line in hidden if line else False
+    in_hidden = any(n in hidden for n in inner)       # a visible helper called from the hidden part is hidden too
     code = lines[line - 1].strip() if line and not in_hidden and 0 < line <= len(lines) else ""
     code = code if len(code) <= 160 else code[:157] + "..."
     where = ("in this cell's hidden checks" if in_hidden else f"at the line `{code}` of this cell" if code
@@ -89,7 +84,7 @@ def explained(exc: BaseException, message: str, *, src: str, filename: str, hidd
 
     if isinstance(exc, NameError):
         name = getattr(exc, "name", None) or (re.findall(r"(?:name|variable) '(\w+)'", text) or ["?"])[0]
-        if not getattr(exc, "from_learner", False):
+        if not learners:
             return f"{message}.{tail}"                  # the cell's own lookup: "run (or fix) the cell that defines it"
         if isinstance(exc, UnboundLocalError) or "local variable" in text:
             return (f"UnboundLocalError: your code reads its variable '{name}' before giving it a value (raised "
@@ -97,9 +92,12 @@ def explained(exc: BaseException, message: str, *, src: str, filename: str, hidd
         return (f"NameError: your code uses the name '{name}', which is not defined where it runs (raised {where}): "
                 f"define it, or pass it in as an argument.{tail}")
 
-    if isinstance(exc, AssertionError):                  # an assert without a message
+    if isinstance(exc, AssertionError) and learners:     # an assert in the learner's own code
+        said = f"AssertionError: {text}{'' if text.endswith('.') else '.'}" if text else "AssertionError."
+        return f"{said} (An assert in your code failed, {where}.){tail}"
+    if isinstance(exc, AssertionError):                  # an assert of the test without a message
         return f"AssertionError: a check failed {where} without a message of its own.{tail}"
-    origin = ("by your code" if getattr(exc, "from_learner", False) else
+    origin = ("by your code" if learners else
               "by the test's use of what your code returned" if raised_by_the_test(exc, filename) else
               "while the test checked what your code returned")
     return f"{message.rstrip()}{'' if message.rstrip().endswith('.') else '.'} (Raised {origin}, {where}.){tail}"

@@ -17,7 +17,7 @@ from course import checks
 from course.grading import sandbox
 from course.grading.feedback import graded_notebook, render_feedback
 from course.grading.notebooks import hidden_lines
-from course.grading.judge.explain import explained, top_line
+from course.grading.judge.explain import explained
 from course.grading.judge.errors import BUILTIN_ERRORS, Exhausted, ProcessLimit, RemoteError, WorkerGone
 from course.grading.judge.lesson import compiled, free_names, lesson_notebook, memoised, solution_sources, trusted_context
 from course.grading.judge.remote import Remote
@@ -70,7 +70,7 @@ def _message(exc: BaseException, timeout: int) -> str:
         if exc.timeout:
             return f"this cell ran past the time limit ({timeout} s) and was stopped (an infinite loop, or very slow code?)"
         return str(exc)
-    if isinstance(exc, NameError):
+    if isinstance(exc, NameError) and not getattr(exc, "from_learner", False):     # the test cell's own lookup
         return f"{exc}: run (or fix) the cell that defines it"
     if isinstance(exc, AssertionError):
         text = str(exc).strip()
@@ -361,7 +361,7 @@ def run_test(session: Session, cell, context: dict, student_defs: dict, timeout:
         session.deadline = None
         return {"passed": False, "message": _cap(_message(exc, timeout), 3000), "restart": "died"}
     session.hidden_lines = (filename, _hidden_block_lines(src))
-    injected, failed_at = [], None
+    injected = []
     try:
         for name in free_names(src):
             if name in ns or hasattr(builtins, name):
@@ -387,12 +387,7 @@ def run_test(session: Session, cell, context: dict, student_defs: dict, timeout:
             raise
         passed, restart = False, None
         message = explained(exc, _message(exc, timeout), src=src, filename=filename, hidden=session.hidden_lines[1])
-        failed_at = top_line(exc, filename)
     session.deadline = None
-    hidden = session.hidden_lines[1]
-    # The fork has seen hidden inputs once the cell's hidden part began (a cell that failed before it did not).
-    if hidden and (passed or restart or failed_at is None or failed_at >= min(hidden)):
-        session.fork_saw_hidden = True
     session.hidden_lines = None
     # Names the test cell defined stay for later test cells (like a notebook); stand-ins do not (they
     # live in the test's fork).
@@ -427,7 +422,6 @@ def fork_for_tests(session: Session, timeout: int) -> set:
                            "code starts.") from None
     finally:
         session.deadline = None
-    session.fork_saw_hidden = False        # a fresh fork: no hidden input has reached it yet
     claimed = getattr(session, "last_reply", {}).get("pid")           # the fork's word, checked by PID 1
     session.fence(claimed if type(claimed) is int else 0)              # the worker stopped, nothing else running
     threads = getattr(session, "last_reply", {}).get("threads")      # the worker's word: a hint, nothing more

@@ -172,6 +172,12 @@ class Session:
         self.left_running = 0                # processes still running when tests began (ended then)
         self.started_in_tests = 0            # processes started while tests ran (ended before the next test)
         self.last_pid = 0                    # the sandbox's last PID at the last fence or census
+        # Hidden inputs have reached the learner's code (a request left while a hidden test line was running):
+        # from then on, for the rest of this submission, the learner's exceptions keep their type and lose their
+        # text. For the whole submission, not one fork: a fork's memory ends with it, but files and shared
+        # memory made before it do not (a red team carried hidden inputs to the next fork both ways).
+        self.saw_hidden = False
+        self.hidden_lines = None             # while a test cell runs: (its filename, its hidden line numbers)
         self.worker_woke = False             # the stopped worker ran since the tests' fork began (PID 1 saw it)
         self.woke_count = 0
         self.lies: list[str] = []            # what the worker claimed that cannot be true
@@ -407,6 +413,8 @@ class Session:
         call (in the order the worker walks them), to receive the changes the call made to them."""
         if self._dead() or self.wfd is None:
             raise WorkerGone("the sandbox running the notebook died (os._exit, a crash, or out of memory)")
+        if not self.saw_hidden and self.at_hidden_line():
+            self.saw_hidden = True
         if not self.checking and kw.get("h") in self.checked:
             return self._checked_again(kw.pop("h"), op, dict(kw, mutable=mutable, held=held))
         seeing = checks.in_place_changes_seen()
@@ -458,26 +466,28 @@ class Session:
         error.from_learner = True        # raised by the learner's code (explain.py words the failure so)
         raise error
 
-    def _withheld(self, info):
-        """A learner's exception raised while a hidden check runs keeps its type, not its message: the
-        message is the learner's to write, and could repeat the hidden inputs onto the feedback page."""
-        # The type's name is the learner's to choose too: only a builtin exception's name is kept.
-        kind = info.get("type") if isinstance(info, dict) else None
-        withheld = {"type": kind if kind in BUILTIN_ERRORS else "an exception of a class your code defined",
-                    "message": WITHHELD}
-        if getattr(self, "fork_saw_hidden", False):      # an earlier test cell of this fork sent hidden inputs
-            return withheld
-        hidden = getattr(self, "hidden_lines", None)
-        if not hidden or not isinstance(info, dict):
-            return info
-        filename, lines = hidden
+    def at_hidden_line(self) -> bool:
+        """A hidden line of the running test cell is on the stack (a visible helper called from the hidden part
+        counts: the inputs it sends are the hidden part's)."""
+        if not self.hidden_lines:
+            return False
+        filename, lines = self.hidden_lines
         frame = sys._getframe(1)
         while frame is not None:
-            if frame.f_code.co_filename == filename:
-                if frame.f_lineno in lines:
-                    return withheld
-                break
+            if frame.f_code.co_filename == filename and frame.f_lineno in lines:
+                return True
             frame = frame.f_back
+        return False
+
+    def _withheld(self, info):
+        """A learner's exception raised once hidden inputs have reached the learner's code keeps its type, not
+        its message: the message is the learner's to write, and could repeat the hidden inputs onto the
+        feedback page."""
+        # The type's name is the learner's to choose too: only a builtin exception's name is kept.
+        kind = info.get("type") if isinstance(info, dict) else None
+        if self.saw_hidden or not isinstance(info, dict):
+            return {"type": kind if kind in BUILTIN_ERRORS else "an exception of a class your code defined",
+                    "message": WITHHELD}
         return info
 
 

@@ -71,7 +71,8 @@ def purpose_given(message: str) -> bool:
 
 def explained_exception(message: str) -> bool:
     """An exception the judge put in context: where it was raised, and what the cell checks."""
-    where = re.search(r"\(Raised (by your code|by the test's use|while the test checked)|raised by your code (in this "
+    where = re.search(r"\((Raised (by your code|by the test's use|while the test checked)|An assert in your code failed)|"
+                      r"raised by your code (in this "
                       r"cell's hidden checks|at the line)|your code (uses the name|reads its variable) '\w+'", message)
     return bool(where) and purpose_given(message)
 
