@@ -440,3 +440,16 @@ class LayerNorm(nn.Module):
 VARIANTS.update({
     "layernorm_eps_buffer_style": {"replace": {"LayerNorm": LAYERNORM_EPS_BUFFER_STYLE}, "must_fail": []},
 })
+
+# ---------------------------------------------------------------------------------------- issue 42 (certificate)
+# A survivor of the fairness certificate once the block's tests swap in known-good LayerNorms: one LayerNorm
+# under two names (the swap gives the block two again, so only the structure test can see it).
+from planting import derived as _derived  # noqa: E402
+
+ENCODER_NORM2_IS_NORM1 = _derived(LESSON, "EncoderBlock", ("        self.norm2 = LayerNorm(d_model)\n",
+                                                           "        self.norm2 = self.norm1\n"))
+VARIANTS.update({
+    "encoder_norm2_is_norm1": {"replace": {"EncoderBlock": ENCODER_NORM2_IS_NORM1},
+                               "must_fail": ["test_encoder_block_structure"],
+                               "says": {"test_encoder_block_structure": ["one and the same LayerNorm"]}},
+})
