@@ -18,7 +18,8 @@ from course import checks
 
 __all__ = ["TableModel", "length_penalty_model", "make_decoder_block", "DROPOUT_SITES", "decoder_dropout_probe",
            "check_transformer_dropout", "check_decoder_block", "randomise_norms", "call_model", "gnmt_penalty",
-           "sequence_logprob", "check_hypotheses", "strip_after_eos", "random_state_dicts"]
+           "sequence_logprob", "check_hypotheses", "strip_after_eos", "random_state_dicts", "check_embedding_init",
+           "check_final_norms", "check_no_dropout_at_zero"]
 
 PAD, BOS, EOS = 0, 1, 2
 
@@ -319,3 +320,64 @@ def check_transformer_dropout(model, src_vocab, tgt_vocab, d_model, generator, w
                      f"{what}, with every block's sublayers silenced: the {side} side gives the same output in training and "
                      f"eval mode, so nothing drops the {side} embeddings. Apply dropout to embedding * sqrt(d_model) + "
                      "positions, in training mode only.")
+
+
+def check_embedding_init(model, d_model, what):
+    """Both embedding tables of a freshly built ``Transformer`` are drawn from N(0, 1/D): their standard deviation
+    within 15 % of ``d_model ** -0.5`` and their mean within 0.1 of it from 0.
+
+    With vocab x D entries per table (the tests use at least 8 000), a correct draw's sample standard deviation
+    is off by about 1 / sqrt(2 n) < 0.8 % and its mean by 1 / sqrt(n) < 1.2 % of the std: 15 % and 10 % are
+    about 20 and 9 of those, never reached by chance on any seed. Wrong scales (D^-1.5, nn.Embedding's own
+    N(0, 1), D^0.5) are off by a factor of D or sqrt(D).
+    """
+    want = d_model ** -0.5
+    for name in ("src_embed", "tgt_embed"):
+        checks.check(hasattr(model, name) and hasattr(getattr(model, name), "weight"),
+                     f"{what} has no {name}.weight: build {name} as nn.Embedding(vocab, d_model) (see the docstring).")
+        w = getattr(model, name).weight.detach().double()
+        std, mean = float(w.std()), float(w.mean())
+        checks.check(abs(std - want) <= 0.15 * want and abs(mean) <= 0.1 * want,
+                     f"{what}'s {name} is initialised with mean {mean:.4f} and standard deviation {std:.4f}; it should be "
+                     f"drawn from N(0, 1/d_model): mean 0 and standard deviation d_model ** -0.5 = {want:.4f} "
+                     f"(nn.init.normal_({name}.weight, std=d_model ** -0.5); nn.Embedding's own default is N(0, 1)).")
+
+
+def check_final_norms(model, norm_first, what):
+    """``encoder_norm`` and ``decoder_norm`` are LayerNorms (with weight and bias) in the pre-norm layout, and
+    hold no parameters in the post-norm layout (None there: an identity would do the same)."""
+    state = checks.call(model.state_dict, what="Transformer.state_dict")
+    for name in ("encoder_norm", "decoder_norm"):
+        has = checks.has_param(state, f"{name}.weight") and checks.has_param(state, f"{name}.bias")
+        if norm_first:
+            checks.check(has and isinstance(getattr(model, name, None), nn.LayerNorm),
+                         f"{what} should end its {'encoder' if name == 'encoder_norm' else 'decoder'} "
+                         f"stack with a final LayerNorm in the pre-norm layout (norm_first=True): {name} = "
+                         "nn.LayerNorm(d_model) (pre-norm blocks never "
+                         "normalise the residual stream themselves).")
+        else:
+            checks.check(not has and not any(k.startswith(f"{name}.") for k in state),
+                         f"{what} has parameters under {name}; in the post-norm layout (norm_first=False) there should "
+                         f"be no final norm ({name} = None): each post-norm block already ends with its own LayerNorm.")
+
+
+def check_no_dropout_at_zero(model, src_vocab, tgt_vocab, generator, what):
+    """A ``Transformer`` built with ``dropout=0.0`` gives the same memory and logits in training mode as in eval
+    mode: every layer got the model's dropout, none kept a default of its own (nn.TransformerEncoderLayer's is 0.1)."""
+    src = torch.randint(3, src_vocab, (2, 7), generator=generator)
+    tgt = torch.randint(3, tgt_vocab, (2, 6), generator=generator)
+    out = {}
+    model.eval()
+    memory = checks.call(model.encode, src, what="Transformer.encode")
+    out["eval"] = memory, checks.call(model.decode, tgt, memory, what="Transformer.decode")
+    model.train()
+    try:                                        # the decoder reads the same (eval) memory in both modes
+        out["train"] = (checks.call(model.encode, src, what="Transformer.encode"),
+                        checks.call(model.decode, tgt, memory, what="Transformer.decode"))
+    finally:
+        model.eval()
+    for i, side, layers in ((0, "encode's memory", "encoder_layers"), (1, "decode's logits", "decoder_layers")):
+        checks.check(torch.allclose(out["train"][i], out["eval"][i], atol=1e-5),
+                     f"{what}: {side} differ between training and eval mode although dropout=0.0: every layer of "
+                     f"{layers} should get the model's dropout (pass it: nn.TransformerEncoderLayer's own default is 0.1, "
+                     "so a layer built without it drops 10 % of its activations in training mode).")

@@ -235,4 +235,62 @@ class Transformer(nn.Module):
 '''},
         "must_fail": [],
     },
+    # Written after reading the hidden tests (issue 42: the init, final-norm and dropout-at-zero checks): not blind.
+    "transformer_list_norms_functional_dropout_style": {
+        "blind": False,
+        "style": "final norms from a list (None, None without norm_first), the embeddings drawn with weight.data.normal_, "
+                 "embedding dropout through F.dropout, layers built in lists then wrapped, one stack loop for both sides",
+        "replace": {"Transformer": '''
+class Transformer(nn.Module):
+    def __init__(self, src_vocab, tgt_vocab, d_model=64, n_heads=4, d_ff=256, n_layers=2, dropout=0.0,
+                 norm_first=False, max_len=256, pad_id=0):
+        super().__init__()
+        self.d_model, self.pad_id, self.norm_first, self.p = d_model, pad_id, norm_first, dropout
+        self.src_embed, self.tgt_embed = nn.Embedding(src_vocab, d_model), nn.Embedding(tgt_vocab, d_model)
+        with torch.no_grad():
+            self.src_embed.weight.data.normal_(0.0, 1.0 / math.sqrt(d_model))
+            self.tgt_embed.weight.data.normal_(0.0, 1.0 / math.sqrt(d_model))
+        pos = torch.arange(max_len).unsqueeze(1).double()
+        angle = pos / torch.pow(torch.tensor(10000.0, dtype=torch.float64),
+                                torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)
+        self.register_buffer("pe", torch.stack([angle.sin(), angle.cos()], dim=-1).flatten(1)[:, :d_model].float())
+        encoders, decoders = [], []
+        for _ in range(n_layers):
+            encoders.append(nn.TransformerEncoderLayer(d_model=d_model, nhead=n_heads, dim_feedforward=d_ff,
+                                                       dropout=dropout, batch_first=True, norm_first=norm_first))
+            decoders.append(DecoderBlock(d_model, n_heads, d_ff, dropout=dropout, norm_first=norm_first))
+        self.encoder_layers, self.decoder_layers = nn.ModuleList(encoders), nn.ModuleList(decoders)
+        finals = [nn.LayerNorm(d_model) for _ in range(2)] if norm_first else [None, None]
+        self.encoder_norm, self.decoder_norm = finals
+        self.generator = nn.Linear(d_model, tgt_vocab)
+
+    @staticmethod
+    def _final(norm, x):
+        return x if norm is None else norm(x)
+
+    def _inputs(self, table, ids):
+        x = table(ids) * math.sqrt(self.d_model) + self.pe[: ids.shape[1]]
+        return F.dropout(x, self.p, self.training)
+
+    def encode(self, src, src_mask=None):
+        x = self._inputs(self.src_embed, src)
+        pad = None if src_mask is None else src_mask.logical_not()
+        for layer in self.encoder_layers:
+            x = layer(x, src_key_padding_mask=pad)
+        return self._final(self.encoder_norm, x)
+
+    def decode(self, tgt, memory, src_mask=None):
+        y = self._inputs(self.tgt_embed, tgt)
+        T = tgt.shape[1]
+        causal = torch.arange(T, device=tgt.device)[None, :] <= torch.arange(T, device=tgt.device)[:, None]
+        mm = None if src_mask is None else src_mask.view(src_mask.shape[0], 1, 1, -1)
+        for layer in self.decoder_layers:
+            y = layer(y, memory, causal, mm)
+        return self.generator(self._final(self.decoder_norm, y))
+
+    def forward(self, src, tgt, src_mask=None):
+        return self.decode(tgt, self.encode(src, src_mask), src_mask)
+'''},
+        "must_fail": [],
+    },
 }

@@ -423,3 +423,39 @@ VARIANTS.update({
                                       "says": {"test_beam_search_length_penalty": ["not refilled", "LIVE"],
                                                "test_beam_search_finishes_at_eos": ["not refilled"]}},
 })
+
+# ---------------------------------------------------------------------------------------- issue 42, certificate
+# Survivors of the fairness certificate: one-line mutants of the reference that kept full marks.
+_ENC = 'nn.TransformerEncoderLayer(d_model, n_heads, d_ff, dropout, batch_first=True, norm_first=norm_first)'
+_ENORM = 'self.encoder_norm = nn.LayerNorm(d_model) if norm_first else None'
+_DNORM = 'self.decoder_norm = nn.LayerNorm(d_model) if norm_first else None'
+_INIT = 'nn.init.normal_(embed.weight, std=d_model ** -0.5)'
+
+VARIANTS.update({
+    # the encoder layers keep PyTorch's own dropout (0.1), whatever the model's
+    "encoder_layers_default_dropout": {
+        "replace": {"Transformer": _derived('Transformer', (_ENC, _ENC.replace('d_ff, dropout, ', 'd_ff, ')))},
+        "must_fail": ["test_transformer_dropout"], "says": {"test_transformer_dropout": ["dropout=0.0", "0.1"]}},
+    # the decoder blocks keep DecoderBlock's default (0.0): no dropout inside the decoder at all
+    "decoder_layers_default_dropout": {
+        "replace": {"Transformer": _derived('Transformer', ('DecoderBlock(d_model, n_heads, d_ff, dropout, norm_first',
+                                                            'DecoderBlock(d_model, n_heads, d_ff, norm_first'))},
+        "must_fail": ["test_transformer_dropout"]},
+    "encoder_norm_in_post_norm": {"replace": {"Transformer": _derived('Transformer', (_ENORM, _ENORM.replace('if norm_first', 'if (norm_first) or True')))},
+                                  "must_fail": ["test_transformer_structure"], "says": {"test_transformer_structure": ["encoder_norm"]}},
+    "decoder_norm_in_post_norm": {"replace": {"Transformer": _derived('Transformer', (_DNORM, _DNORM.replace('if norm_first', 'if (norm_first) or True')))},
+                                  "must_fail": ["test_transformer_structure"], "says": {"test_transformer_structure": ["decoder_norm"]}},
+    "no_encoder_norm_in_pre_norm": {"replace": {"Transformer": _derived('Transformer', (_ENORM, _ENORM.replace('if norm_first', 'if (norm_first) and False')))},
+                                    "must_fail": ["test_transformer_structure"], "says": {"test_transformer_structure": ["encoder stack"]}},
+    "no_decoder_norm_in_pre_norm": {"replace": {"Transformer": _derived('Transformer', (_DNORM, _DNORM.replace('if norm_first', 'if (norm_first) and False')))},
+                                    "must_fail": ["test_transformer_structure"], "says": {"test_transformer_structure": ["decoder stack"]}},
+    # the embeddings' initialisation: nn.Embedding's own N(0, 1), and three wrong scales
+    "embeddings_default_init": {"replace": {"Transformer": _derived('Transformer', (_INIT, 'pass                                                # nn.Embedding: N(0, 1)'))},
+                                "must_fail": ["test_transformer_structure"], "says": {"test_transformer_structure": ["N(0, 1/d_model)"]}},
+    "embeddings_init_std_1": {"replace": {"Transformer": _derived('Transformer', (_INIT, 'nn.init.normal_(embed.weight, std=1.0)'))},
+                              "must_fail": ["test_transformer_structure"]},
+    "embeddings_init_std_d_to_minus_1_5": {"replace": {"Transformer": _derived('Transformer', (_INIT, 'nn.init.normal_(embed.weight, std=d_model ** -1.5)'))},
+                                           "must_fail": ["test_transformer_structure"]},
+    "embeddings_init_std_sqrt_d": {"replace": {"Transformer": _derived('Transformer', (_INIT, 'nn.init.normal_(embed.weight, std=d_model ** 0.5)'))},
+                                   "must_fail": ["test_transformer_structure"]},
+})
