@@ -536,6 +536,31 @@ def set_random_params(module, generator: torch.Generator, what: str = "your modu
     set_params(module, values, what)
 
 
+def check_distinct_layers(module, names: Iterable[str], what: str) -> None:
+    """The layers ``names`` of ``module`` (each with a ``weight``) are distinct: each, given values of its own,
+    reads them back.
+
+    One layer under two names (``self.w_k = self.w_q``) agrees with every oracle that copies the learner's
+    weights (the copies are alike), so it is probed directly: the weights are set to different matrices at
+    once (through :func:`set_params`; two names of one tensor keep the last value sent), then each is read
+    back through its attribute (``module.w_q.weight``).
+    """
+    names = tuple(names)
+    g = torch.Generator().manual_seed(42)
+    values = {name: torch.randn(tuple(getattr(module, name).weight.shape), generator=g) for name in names}
+    set_params(module, {f"{name}.weight": v for name, v in values.items()}, what)
+    for name in names:
+        got = getattr(module, name).weight.detach().to("cpu", torch.float32)
+        if got.shape == values[name].shape and torch.allclose(got, values[name], atol=1e-5, rtol=1e-4):
+            continue
+        same = [other for other in names if other != name and got.shape == values[other].shape
+                and torch.allclose(got, values[other], atol=1e-5, rtol=1e-4)]
+        check(not same, f"{name} and {same[0] if same else ''} of {what} are one and the same layer: setting "
+                        f"{same[0] if same else ''}.weight changed {name}.weight too. {', '.join(names)} should be "
+                        f"{len(names)} distinct layers (a new nn.Linear for each), not one layer under two names.")
+        check(False, f"{what}.{name}.weight does not hold the values the test gave it.")
+
+
 def check_independent_layers(module, stack: str, what: str, *, seed: int = 0) -> None:
     """Each layer of the stack ``module.<stack>`` (an ``nn.ModuleList`` or ``nn.Sequential``) holds
     parameters of its own.

@@ -68,27 +68,8 @@ def identity(cls, d_model, n_heads):
 
 
 def check_separate_layers(mha, what: str = "your MultiHeadAttention") -> None:
-    """``w_q, w_k, w_v, w_o`` are four distinct layers: each weight, given values of its own, reads them back.
-
-    One layer under two names (``self.w_k = self.w_q``) agrees with every oracle that copies the learner's
-    weights (the copies are alike), so it is probed directly: the four weights are set to four different
-    matrices at once (through :func:`course.checks.set_params`; two names of one tensor keep the last
-    value sent), then each is read back through its attribute (``mha.w_q.weight``).
-    """
-    names = ("w_q", "w_k", "w_v", "w_o")
-    shape = tuple(getattr(mha, "w_q").weight.shape)
-    g = torch.Generator().manual_seed(42)
-    values = {name: torch.randn(shape, generator=g) for name in names}
-    checks.set_params(mha, {f"{name}.weight": v for name, v in values.items()}, what)
-    for name in names:
-        got = getattr(mha, name).weight.detach().to("cpu", torch.float32)
-        if torch.allclose(got, values[name], atol=1e-5, rtol=1e-4):
-            continue
-        same = [other for other in names if other != name and torch.allclose(got, values[other], atol=1e-5, rtol=1e-4)]
-        checks.check(not same, f"{name} and {same[0] if same else ''} of {what} are one and the same layer: setting "
-                               f"{same[0] if same else ''}.weight changed {name}.weight too. q, k, v and the output need four "
-                               f"distinct layers (a new nn.Linear for each of w_q, w_k, w_v and w_o), not one layer under two names.")
-        checks.check(False, f"{what}.{name}.weight does not hold the values the test gave it.")
+    """``w_q, w_k, w_v, w_o`` are four distinct layers (:func:`course.checks.check_distinct_layers`)."""
+    checks.check_distinct_layers(mha, ("w_q", "w_k", "w_v", "w_o"), what)
 
 
 def check_rejects(mha, query, key, value, mask, what):

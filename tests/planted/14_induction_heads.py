@@ -321,3 +321,12 @@ def ablate_heads(model, heads):
 
 # More variants of bugs the core bank already catches in the same cells (COURSE_PLANTED=all grades them).
 EXTENDED = ["model_tied_unembedding", "previous_token_counts_query_0", "ablate_only_the_reported_weights", "repeated_zero_among_tokens"]
+
+# Issue 42 (fairness certificate): one layer under two names agrees with every oracle that copies the
+# learner's weights; the structure test sets each map's weights apart and reads them back.
+VARIANTS.update({
+    "layer_w_v_is_w_q": {"replace": {"AttentionOnlyTransformer": derived(
+        LESSON, "AttentionOnlyTransformer", ("        self.w_v = nn.Linear(d_model, d_model, bias=False)\n",
+                                             "        self.w_v = self.w_q\n"))},
+        "must_fail": ["test_model_structure"], "says": {"test_model_structure": ["one and the same layer"]}},
+})
