@@ -62,9 +62,9 @@ loses a point on any seed; every killed mutant's failing cells have messages tha
   `course grade --jobs 1` batch; lesson 16 is left out (Triton's interpreter: minutes a submission). Measured
   on 2026-11-28 with `/usr/bin/time -v .venv/bin/python -m pytest tests/test_fairness.py`: 64 s wall, 39 s CPU
   (user + system, the graded sandboxes included), of which the sampled grading is 49 s wall. CI fails when
-  the committed JSON has an alternative that lost a point or an exercise under 98 % with a survivor not
-  reviewed in `decisions.json` (`test_certificate_targets`; the message target is reported here, not enforced),
-  or when this page is not what the JSON gives.
+  the committed JSON misses a target for any exercise it certifies (an alternative that lost a point, a kill
+  rate under 98 %, a killed mutant whose message fails the checks, a survivor not reviewed in `decisions.json`:
+  `test_certificate_targets`), or when this page is not what the JSON gives.
 
 ## Totals
 """
