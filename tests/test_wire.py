@@ -102,7 +102,7 @@ def test_the_deadline_covers_the_whole_answer(chunks):
     t0 = time.monotonic()
     with pytest.raises(wire.WireTimeout):
         wire.recv(r, deadline=time.monotonic() + 0.5)
-    assert time.monotonic() - t0 < 2
+    assert time.monotonic() - t0 < 4          # well before the writer wakes (5 s)
     os.close(r)
 
 
