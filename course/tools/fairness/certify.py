@@ -411,7 +411,7 @@ def main(argv: list[str] | None = None) -> int:
                 est["command"] = command.strip()
                 save(json_path, out, None, None, estimate=est)
                 print(f"{lesson}: {est['submissions']} submissions, reference {est['reference']['seconds']:.0f} s: "
-                      f"about {est['estimate_s'] / 3600:.1f} h at --jobs {args.jobs}")
+                      f"about {est['estimate_s'] / 3600:.1f} h at --jobs 1 (the reference's time per submission)")
                 continue
             record = certify_lesson(ROOT, lesson, sample_n=0 if args.alternatives_only else args.sample, jobs=args.jobs,
                                     timeout=args.timeout,
