@@ -136,4 +136,94 @@ class EncoderBlock(nn.Module):
 '''},
         "must_fail": [],
     },
+    "block_float_mask_key_padding_style": {
+        "blind": True,
+        "style": "the course mask turned into an additive float mask (0 / -inf), key padding passed as key_padding_mask, "
+                 "the ambiguous 3-D mask refused by hand",
+        "replace": {"EncoderBlock": """
+class EncoderBlock(nn.Module):
+    def __init__(self, d_model, n_heads, d_ff, dropout=0.0, norm_first=False):
+        super().__init__()
+        self.norm_first = norm_first
+        self.n_heads = n_heads
+        self.self_attn = nn.MultiheadAttention(d_model, n_heads, dropout=dropout, batch_first=True)
+        self.ff = FeedForward(d_model, d_ff, dropout)
+        self.norm1 = LayerNorm(d_model)
+        self.norm2 = LayerNorm(d_model)
+        self.dropout1 = nn.Dropout(dropout)
+        self.dropout2 = nn.Dropout(dropout)
+
+    def _torch_masks(self, mask, x):
+        # -> (attn_mask, key_padding_mask) in PyTorch's conventions: an additive float mask, True on padding
+        B, T, _ = x.shape
+        if mask is None:
+            return None, None
+        if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
+            raise ValueError("the mask must be a bool tensor, True where attention is allowed")
+        if mask.dim() == 3:
+            raise ValueError(f"a 3-D mask {tuple(mask.shape)} is ambiguous (per example or per head?): pass "
+                             "(B, 1, T, T) for one pattern per example, or (B, H, T, T)")
+        if mask.dim() == 2:
+            if tuple(mask.shape) != (T, T):
+                raise ValueError(f"a 2-D mask must be (T, T) = {(T, T)}; got {tuple(mask.shape)}")
+            return torch.zeros(T, T, dtype=x.dtype, device=x.device).masked_fill(~mask, float("-inf")), None
+        if mask.dim() != 4:
+            raise ValueError(f"masks are (T, T), (B, 1, 1, T), (B, 1, T, T) or (B, H, T, T); got {tuple(mask.shape)}")
+        if mask.shape[1] == 1 and mask.shape[2] == 1:                      # (B, 1, 1, T): key padding
+            return None, ~mask[:, 0, 0, :].expand(B, T)
+        full = mask.expand(B, self.n_heads, T, T).reshape(B * self.n_heads, T, T)
+        additive = torch.zeros(full.shape, dtype=x.dtype, device=x.device).masked_fill(~full, float("-inf"))
+        return additive, None
+
+    def forward(self, x, mask=None):
+        attn_mask, padding = self._torch_masks(mask, x)
+
+        def attend(h):
+            out, _ = self.self_attn(h, h, h, attn_mask=attn_mask, key_padding_mask=padding, need_weights=False)
+            return self.dropout1(out)
+
+        if self.norm_first:
+            x = x + attend(self.norm1(x))
+            x = x + self.dropout2(self.ff(self.norm2(x)))
+        else:
+            x = self.norm1(x + attend(x))
+            x = self.norm2(x + self.dropout2(self.ff(x)))
+        return x
+"""},
+        "must_fail": [],
+    },
+    "block_sublayer_loop_expanded_mask_style": {
+        "blind": True,
+        "style": "a loop over (sublayer, norm, dropout) triples; every mask checked by course.masks and expanded to "
+                 "(B*H, T, T) before the one conversion",
+        "replace": {"EncoderBlock": """
+class EncoderBlock(nn.Module):
+    def __init__(self, d_model, n_heads, d_ff, dropout=0.0, norm_first=False):
+        super().__init__()
+        self.norm_first = norm_first
+        self.self_attn = nn.MultiheadAttention(d_model, n_heads, dropout=dropout, batch_first=True)
+        self.ff = FeedForward(d_model, d_ff, dropout=dropout)
+        self.norm1, self.norm2 = LayerNorm(d_model), LayerNorm(d_model)
+        self.dropout1, self.dropout2 = nn.Dropout(dropout), nn.Dropout(dropout)
+
+    def forward(self, x, mask=None):
+        B, T, _ = x.shape
+        H = self.self_attn.num_heads
+        checked = masks.attention_mask(mask, B=B, H=H, T_q=T, T_k=T)          # None or 4-D, raises on 3-D
+        attn_mask = None
+        if checked is not None:
+            attn_mask = masks.to_torch(checked.expand(B, H, T, T).reshape(B * H, T, T))
+
+        def attention(h):
+            return self.self_attn(h, h, h, attn_mask=attn_mask, need_weights=False)[0]
+
+        for sublayer, norm, drop in ((attention, self.norm1, self.dropout1), (self.ff, self.norm2, self.dropout2)):
+            if self.norm_first:
+                x = x + drop(sublayer(norm(x)))
+            else:
+                x = norm(x + drop(sublayer(x)))
+        return x
+"""},
+        "must_fail": [],
+    },
 }

@@ -195,4 +195,114 @@ class Block(nn.Module):
 '''},
         "must_fail": [],
     },
+    "gpt_prefill_then_decode_apply_init_style": {
+        "blind": True,
+        "style": "GPT-2 init through self.apply, zip over blocks and caches; generate prefills once, then decodes one "
+                 "token per step from the cache while the sequence fits, re-reading the last block_size otherwise",
+        "replace": {"GPT": """
+class GPT(nn.Module):
+    def __init__(self, vocab_size, block_size, d_model=128, n_heads=4, n_layers=4, dropout=0.0):
+        super().__init__()
+        self.block_size = block_size
+        self.tok_emb = nn.Embedding(vocab_size, d_model)
+        self.pos_emb = nn.Embedding(block_size, d_model)
+        self.drop = nn.Dropout(dropout)
+        self.blocks = nn.ModuleList([Block(d_model, n_heads, dropout) for _ in range(n_layers)])
+        self.ln_f = nn.LayerNorm(d_model)
+        self.head = nn.Linear(d_model, vocab_size, bias=False)
+        self.apply(self._init_weights)
+        self.head.weight = self.tok_emb.weight                    # tied after the init: one (V, D) matrix
+
+    @staticmethod
+    def _init_weights(module):
+        if isinstance(module, (nn.Linear, nn.Embedding)):
+            torch.nn.init.normal_(module.weight, mean=0.0, std=0.02)
+        if isinstance(module, nn.Linear) and module.bias is not None:
+            torch.nn.init.zeros_(module.bias)
+
+    def forward(self, idx, past_kv=None):
+        B, T = idx.shape
+        caches = [None] * len(self.blocks) if past_kv is None else list(past_kv)
+        T_past = 0 if caches[0] is None else caches[0][0].size(2)
+        assert T_past + T <= self.block_size, f"{T_past + T} tokens do not fit in block_size {self.block_size}"
+        pos = torch.arange(T_past, T_past + T, dtype=torch.long, device=idx.device).unsqueeze(0)   # (1, T)
+        x = self.drop(self.tok_emb(idx) + self.pos_emb(pos))
+        present_kv = []
+        for block, cache in zip(self.blocks, caches):
+            x, kv = block(x, cache)
+            present_kv.append(kv)
+        return self.head(self.ln_f(x)), present_kv
+
+    @torch.no_grad()
+    def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, use_cache=True, generator=None):
+        if max_new_tokens <= 0:
+            return idx
+        logits, past = self(idx[:, -self.block_size:])              # prefill
+        for step in range(max_new_tokens):
+            nxt = sample_next(logits[:, -1, :], temperature=temperature, top_k=top_k, generator=generator)
+            idx = torch.cat((idx, nxt.view(-1, 1)), dim=1)
+            if step == max_new_tokens - 1:
+                break
+            if use_cache and idx.size(1) <= self.block_size:
+                logits, past = self(idx[:, -1:], past)              # only the newest token, at position T_past
+            else:
+                logits, past = self(idx[:, -self.block_size:])      # afresh: whole sequence, or its last block_size
+        return idx
+"""},
+        "must_fail": [],
+    },
+    "gpt_head_owns_weight_functional_dropout_style": {
+        "blind": True,
+        "style": "the embedding tied to the head's weight (the other direction), positions sliced from pos_emb.weight, "
+                 "F.dropout; generate a while loop with an explicit cache-validity flag",
+        "replace": {"GPT": """
+class GPT(nn.Module):
+    def __init__(self, vocab_size, block_size, d_model=128, n_heads=4, n_layers=4, dropout=0.0):
+        super().__init__()
+        self.block_size = block_size
+        self.p_drop = dropout
+        self.head = nn.Linear(d_model, vocab_size, bias=False)
+        self.tok_emb = nn.Embedding(vocab_size, d_model)
+        self.tok_emb.weight = self.head.weight                      # one shared (V, D) parameter
+        self.pos_emb = nn.Embedding(block_size, d_model)
+        self.blocks = nn.ModuleList()
+        for _ in range(n_layers):
+            self.blocks.append(Block(d_model, n_heads, dropout))
+        self.ln_f = nn.LayerNorm(d_model)
+        for name, p in self.named_parameters():
+            if name.endswith("bias"):
+                nn.init.zeros_(p)
+            elif "ln" not in name:
+                nn.init.normal_(p, std=0.02)
+
+    def forward(self, idx, past_kv=None):
+        T = idx.size(1)
+        start = past_kv[0][0].shape[-2] if past_kv else 0
+        x = self.tok_emb(idx) + self.pos_emb.weight[start:start + T]      # (B, T, D) + (T, D)
+        x = F.dropout(x, p=self.p_drop, training=self.training)
+        present_kv = []
+        for i, block in enumerate(self.blocks):
+            x, kv = block(x, past_kv[i] if past_kv else None)
+            present_kv.append(kv)
+        return self.head(self.ln_f(x)), present_kv
+
+    @torch.no_grad()
+    def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, use_cache=True, generator=None):
+        seq = idx
+        past, cache_ok = None, False
+        while seq.shape[1] < idx.shape[1] + max_new_tokens:
+            if seq.shape[1] > self.block_size:
+                logits, _ = self(seq[:, -self.block_size:])
+                cache_ok = False
+            elif use_cache and cache_ok:
+                logits, past = self(seq[:, -1:], past_kv=past)
+            else:
+                logits, past = self(seq)
+                cache_ok = use_cache
+            token = sample_next(logits[:, -1], temperature, top_k, generator)
+            seq = torch.cat([seq, token[:, None].long()], dim=1)
+        return seq
+"""},
+        "must_fail": [],
+    },
 }

@@ -208,6 +208,46 @@ class RotarySelfAttention(nn.Module):
 '''},
         "must_fail": [],
     },
+    "rotary_attn_inv_freq_buffer_inline_style": {
+        "blind": True,
+        "style": "the frequencies kept in a non-persistent buffer, q and k turned in one inline rotate-half step "
+                 "(the rotation apply_rope computes, written out as Llama's rotary module does)",
+        "replace": {"RotarySelfAttention": """
+class RotarySelfAttention(nn.Module):
+    def __init__(self, d_model, n_heads, base=10000.0, bias=False):
+        super().__init__()
+        assert d_model % n_heads == 0 and (d_model // n_heads) % 2 == 0, "each head needs an even number of features"
+        self.n_heads = n_heads
+        self.base = base
+        self.w_q = nn.Linear(d_model, d_model, bias=bias)
+        self.w_k = nn.Linear(d_model, d_model, bias=bias)
+        self.w_v = nn.Linear(d_model, d_model, bias=bias)
+        self.w_o = nn.Linear(d_model, d_model, bias=bias)
+        self.register_buffer("inv_freq", rope_frequencies(d_model // n_heads, base), persistent=False)
+
+    def forward(self, x, positions=None, causal=True):
+        B, T, D = x.shape
+        H, Dh = self.n_heads, D // self.n_heads
+        pos = torch.arange(T, device=x.device) if positions is None else positions.to(x.device)
+        ang = pos.double()[..., None] * self.inv_freq.double()             # (T, Dh/2) or (B, T, Dh/2)
+        ang = torch.cat([ang, ang], dim=-1)
+        if ang.dim() == 3:
+            ang = ang[:, None]                                               # (B, 1, T, Dh): every head of sequence b
+        cos, sin = ang.cos().to(x.dtype), ang.sin().to(x.dtype)
+
+        def turn(t):
+            t1, t2 = t[..., :Dh // 2], t[..., Dh // 2:]
+            return t * cos + torch.cat([-t2, t1], dim=-1) * sin
+
+        q = turn(self.w_q(x).view(B, T, H, Dh).transpose(1, 2))
+        k = turn(self.w_k(x).view(B, T, H, Dh).transpose(1, 2))
+        v = self.w_v(x).view(B, T, H, Dh).transpose(1, 2)
+        mask = torch.ones(T, T, dtype=torch.bool, device=x.device).tril() if causal else None
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        return self.w_o(out.transpose(1, 2).contiguous().view(B, T, D))
+"""},
+        "must_fail": [],
+    },
     "alibi_broadcast_masked_fill_style": {
         "blind": True, "style": "slopes 2 ** (-8 arange(1, H+1) / H), distances by broadcasting, masked_fill(-inf)",
         "replace": {"alibi_bias": '''

@@ -157,6 +157,57 @@ class AttentionOnlyTransformer(nn.Module):
         return self.unembed(residual)
 '''
 
+
+# Heads switched off by a set on each layer that its forward reads; w_o applied as F.linear on its weight; the list
+# of weights refilled in place at every call.
+_MODEL_LAYER_FLAG = '''
+class AttentionLayer(nn.Module):
+    def __init__(self, d_model, n_heads):
+        super().__init__()
+        assert d_model % n_heads == 0
+        self.n_heads = n_heads
+        self.off = set()                                   # heads whose z is zeroed (ablate_heads fills it)
+        self.w_q = nn.Linear(d_model, d_model, bias=False)
+        self.w_k = nn.Linear(d_model, d_model, bias=False)
+        self.w_v = nn.Linear(d_model, d_model, bias=False)
+        self.w_o = nn.Linear(d_model, d_model, bias=False)
+
+    def forward(self, x):
+        B, T, D = x.shape
+        H = self.n_heads
+        q, k, v = (w(x).view(B, T, H, D // H).transpose(1, 2) for w in (self.w_q, self.w_k, self.w_v))
+        scores = q @ k.transpose(-2, -1) / math.sqrt(D // H)                       # (B, H, T, T)
+        future = torch.ones(T, T, dtype=torch.bool, device=x.device).triu(1)
+        weights = scores.masked_fill(future, float("-inf")).softmax(dim=-1)
+        z = weights @ v                                                              # (B, H, T, Dh)
+        if self.off:
+            keep = torch.ones(H, 1, 1, device=x.device, dtype=z.dtype)
+            keep[sorted(self.off)] = 0.0
+            z = z * keep
+        z = z.transpose(1, 2).reshape(B, T, D)
+        return F.linear(z, self.w_o.weight), weights
+
+
+class AttentionOnlyTransformer(nn.Module):
+    def __init__(self, vocab_size, d_model, n_heads, n_layers=2, block_size=64):
+        super().__init__()
+        self.embed = nn.Embedding(vocab_size, d_model)
+        self.pos = nn.Embedding(block_size, d_model)
+        self.layers = nn.ModuleList([AttentionLayer(d_model, n_heads) for _ in range(n_layers)])
+        self.unembed = nn.Linear(d_model, vocab_size, bias=False)
+        self.attention_weights = []
+
+    def forward(self, idx):
+        T = idx.shape[1]
+        x = self.embed(idx) + self.pos(torch.arange(T, device=idx.device))
+        self.attention_weights.clear()                   # the same list, refilled: only this call's weights
+        for layer in self.layers:
+            out, w = layer(x)
+            x = x + out
+            self.attention_weights.append(w)
+        return self.unembed(x)
+'''
+
 VARIANTS = {
     "repeat_pad_style": {
         "blind": True, "style": "the copy repeated with .repeat(1, 2), the start column added with F.pad",
@@ -373,6 +424,48 @@ def composition_score(w_a, w_b):
     product = torch.norm(w_a @ w_b, p="fro")
     return (product / (torch.norm(w_a, p="fro") * torch.norm(w_b, p="fro"))).item()
 '''},
+        "must_fail": [],
+    },
+    "layer_flag_flinear_multi_dot_style": {
+        "blind": True,
+        "style": "a set of heads on each layer that its forward reads, w_o applied with F.linear, the weights list "
+                 "refilled in place; circuits with torch.linalg.multi_dot; the norms as vector norms of flattened matrices",
+        "replace": {"AttentionOnlyTransformer": _MODEL_LAYER_FLAG, "ablate_heads": """
+@contextlib.contextmanager
+def ablate_heads(model, heads):
+    changed = []
+    try:
+        for layer, hs in heads.items():
+            model.layers[layer].off = set(hs)
+            changed.append(layer)
+        yield
+    finally:
+        for layer in changed:
+            model.layers[layer].off = set()
+""" + _FORWARD_WITH_ABLATION, "ov_circuit": """
+def ov_circuit(model, layer, head):
+    attn = model.layers[layer]
+    H = attn.n_heads
+    D = attn.w_v.in_features
+    Dh = D // H
+    W_V = attn.w_v.weight.reshape(H, Dh, D)[head].T            # (D, Dh)
+    W_O = attn.w_o.weight.reshape(D, H, Dh)[:, head].T         # (Dh, D)
+    return torch.linalg.multi_dot([model.embed.weight, W_V, W_O, model.unembed.weight.T])
+""", "qk_circuit": """
+def qk_circuit(model, layer, head):
+    attn = model.layers[layer]
+    H = attn.n_heads
+    D = attn.w_q.in_features
+    Dh = D // H
+    W_Q = attn.w_q.weight.reshape(H, Dh, D)[head].T            # (D, Dh)
+    W_K = attn.w_k.weight.reshape(H, Dh, D)[head].T
+    E = model.embed.weight
+    return torch.linalg.multi_dot([E, W_Q, W_K.T, E.T]) / math.sqrt(Dh)
+""", "composition_score": """
+def composition_score(w_a, w_b):
+    norm = lambda m: torch.linalg.vector_norm(m.flatten())
+    return float(norm(w_a @ w_b) / (norm(w_a) * norm(w_b)))
+"""},
         "must_fail": [],
     },
     "composition_trace_style": {
