@@ -23,7 +23,7 @@ def rope_frequencies(head_dim, base=10000.0):
 '''},
         "must_fail": [],
     },
-    "freq_python_list_logspace_style": {
+    "freq_python_list_style": {
         "blind": True, "style": "a Python list of floats turned into a tensor",
         "replace": {"rope_frequencies": '''
 def rope_frequencies(head_dim, base=10000.0):
