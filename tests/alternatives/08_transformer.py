@@ -467,7 +467,7 @@ class Transformer(nn.Module):
 """},
         "must_fail": [],
     },
-    "transformer_outer_product_pe_identity_norm_style": {
+    "transformer_outer_product_pe_style": {
         "blind": True,
         "style": "pe in float32 from torch.outer and an interleaving stack, one embedding dropout shared by both sides, "
                  "the final norms applied by conditional expressions, masks built with unsqueeze and tril",

@@ -1,10 +1,11 @@
 """Correct alternatives for the fairness certificate (``make certify``), in the planted banks' format.
 
 Written from the student notebook alone (its text and docstrings), without reading the hidden tests:
-``blind: True``. Every entry must keep full marks on seeds 0-2. Each entry replaces every graded cell of
-the lesson (the forward kernel and its launcher, both backward kernels and their launcher, the autograd
-Function), so that the kernels of one entry are checked together; the cells' given parts (the D kernel, the
-first lines of ``flash_attention_backward``, ``flash_attention`` and ``attention_gradients``) are kept as given.
+``blind: True``. Every entry must keep full marks on seeds 0-2. Each entry is one learner's whole set of
+kernels: it replaces every graded cell (the forward kernel and its launcher, the backward kernels and their
+launcher, the autograd Function; the atomic-dQ entry leaves the dQ kernel's cell as handed out, since it needs no
+second pass), keeping the cells' given parts (the D kernel, the first lines of ``flash_attention_backward``,
+``flash_attention`` and ``attention_gradients``) as given.
 """
 LESSON = "16_flash_attention_triton"
 VARIANTS = {
