@@ -293,4 +293,233 @@ class Transformer(nn.Module):
 '''},
         "must_fail": [],
     },
+    "decoder_block_key_padding_route_style": {
+        "blind": True,
+        "style": "each layout written out in its own branch; a (B, 1, 1, S) memory mask passed as key_padding_mask, "
+                 "other masks through to_torch_attn_mask; the inner feed-forward dropout a module named `dropout`",
+        "replace": {"DecoderBlock": """
+class DecoderBlock(nn.Module):
+    def __init__(self, d_model, n_heads, d_ff, dropout=0.0, norm_first=False):
+        super().__init__()
+        self.norm_first = norm_first
+        self.n_heads = n_heads
+        self.self_attn = nn.MultiheadAttention(d_model, n_heads, dropout=dropout, batch_first=True)
+        self.cross_attn = nn.MultiheadAttention(d_model, n_heads, dropout=dropout, batch_first=True)
+        self.linear1 = nn.Linear(d_model, d_ff)
+        self.dropout = nn.Dropout(dropout)
+        self.linear2 = nn.Linear(d_ff, d_model)
+        self.norm1 = nn.LayerNorm(d_model)
+        self.norm2 = nn.LayerNorm(d_model)
+        self.norm3 = nn.LayerNorm(d_model)
+        self.dropout1 = nn.Dropout(dropout)
+        self.dropout2 = nn.Dropout(dropout)
+        self.dropout3 = nn.Dropout(dropout)
+
+    def _mask_args(self, mask, B, T_q, T_k):
+        if mask is None:
+            return {}
+        if mask.dim() == 3:
+            raise ValueError(f"a 3-D mask {tuple(mask.shape)} is ambiguous: pass (T_q, T_k), (B, 1, 1, T_k), "
+                             "(B, 1, T_q, T_k) or (B, H, T_q, T_k).")
+        if mask.dim() == 4 and mask.shape[1] == 1 and mask.shape[2] == 1:
+            return {"key_padding_mask": ~mask[:, 0, 0, :].expand(B, T_k)}
+        return {"attn_mask": to_torch_attn_mask(mask, batch_size=B, n_heads=self.n_heads, tgt_len=T_q, src_len=T_k)}
+
+    def _sa(self, h, mask_args):
+        return self.dropout1(self.self_attn(h, h, h, need_weights=False, **mask_args)[0])
+
+    def _ca(self, h, memory, mask_args):
+        return self.dropout2(self.cross_attn(h, memory, memory, need_weights=False, **mask_args)[0])
+
+    def _ff(self, h):
+        return self.dropout3(self.linear2(self.dropout(F.relu(self.linear1(h)))))
+
+    def forward(self, x, memory, tgt_mask=None, memory_mask=None):
+        B, T, _ = x.shape
+        S = memory.shape[1]
+        self_args = self._mask_args(tgt_mask, B, T, T)
+        cross_args = self._mask_args(memory_mask, B, T, S)
+        if self.norm_first:
+            x = x + self._sa(self.norm1(x), self_args)
+            x = x + self._ca(self.norm2(x), memory, cross_args)
+            x = x + self._ff(self.norm3(x))
+        else:
+            x = self.norm1(x + self._sa(x, self_args))
+            x = self.norm2(x + self._ca(x, memory, cross_args))
+            x = self.norm3(x + self._ff(x))
+        return x
+"""},
+        "must_fail": [],
+    },
+    "decoder_block_float_additive_mask_style": {
+        "blind": True,
+        "style": "the boolean masks turned by hand into float additive masks (0 / -inf) of shape (T, S) or (B*H, T, S), "
+                 "a ModuleList of sublayer norms and dropouts indexed in a loop",
+        "replace": {"DecoderBlock": """
+class DecoderBlock(nn.Module):
+    def __init__(self, d_model, n_heads, d_ff, dropout=0.0, norm_first=False):
+        super().__init__()
+        self.norm_first = norm_first
+        self.n_heads = n_heads
+        self.self_attn = nn.MultiheadAttention(d_model, n_heads, dropout=dropout, batch_first=True)
+        self.cross_attn = nn.MultiheadAttention(d_model, n_heads, dropout=dropout, batch_first=True)
+        self.linear1 = nn.Linear(d_model, d_ff)
+        self.linear2 = nn.Linear(d_ff, d_model)
+        self.ff_drop = nn.Dropout(dropout)
+        for i in (1, 2, 3):
+            setattr(self, f"norm{i}", nn.LayerNorm(d_model))
+            setattr(self, f"dropout{i}", nn.Dropout(dropout))
+
+    def _additive(self, mask, B, T_q, T_k):
+        if mask is None:
+            return None
+        if mask.dtype != torch.bool:
+            raise ValueError("masks are bool, True where attention is allowed.")
+        if mask.dim() == 2:
+            allowed = mask
+        elif mask.dim() == 4:
+            allowed = mask.expand(B, self.n_heads, T_q, T_k).reshape(B * self.n_heads, T_q, T_k)
+        else:
+            raise ValueError(f"a mask of shape {tuple(mask.shape)} is ambiguous or wrong: pass (T_q, T_k), "
+                             "(B, 1, 1, T_k), (B, 1, T_q, T_k) or (B, H, T_q, T_k).")
+        return torch.zeros(allowed.shape, dtype=torch.float32, device=allowed.device).masked_fill(~allowed, float("-inf"))
+
+    def forward(self, x, memory, tgt_mask=None, memory_mask=None):
+        B, T, _ = x.shape
+        S = memory.shape[1]
+        self_mask = self._additive(tgt_mask, B, T, T)
+        cross_mask = self._additive(memory_mask, B, T, S)
+        sublayers = [
+            lambda h: self.self_attn(h, h, h, attn_mask=self_mask, need_weights=False)[0],
+            lambda h: self.cross_attn(h, memory, memory, attn_mask=cross_mask, need_weights=False)[0],
+            lambda h: self.linear2(self.ff_drop(torch.relu(self.linear1(h)))),
+        ]
+        for i, f in enumerate(sublayers, start=1):
+            norm, drop = getattr(self, f"norm{i}"), getattr(self, f"dropout{i}")
+            x = x + drop(f(norm(x))) if self.norm_first else norm(x + drop(f(x)))
+        return x
+"""},
+        "must_fail": [],
+    },
+    "transformer_masks_helpers_formula_loop_style": {
+        "blind": True,
+        "style": "pe filled column pair by column pair from the formula, course.masks helpers for every mask, "
+                 "layers appended to ModuleLists in a loop, one nn.Dropout per side",
+        "replace": {"Transformer": """
+class Transformer(nn.Module):
+    def __init__(self, src_vocab, tgt_vocab, d_model=64, n_heads=4, d_ff=256, n_layers=2, dropout=0.0,
+                 norm_first=False, max_len=256, pad_id=0):
+        super().__init__()
+        self.d_model, self.pad_id, self.norm_first = d_model, pad_id, norm_first
+        self.src_embed = nn.Embedding(src_vocab, d_model)
+        self.tgt_embed = nn.Embedding(tgt_vocab, d_model)
+        with torch.no_grad():
+            self.src_embed.weight.copy_(torch.randn(src_vocab, d_model) / math.sqrt(d_model))
+            self.tgt_embed.weight.copy_(torch.randn(tgt_vocab, d_model) / math.sqrt(d_model))
+        pe = torch.zeros(max_len, d_model)
+        p = torch.arange(max_len, dtype=torch.float64)
+        for i in range(0, d_model, 2):
+            w = 10000.0 ** (-i / d_model)
+            pe[:, i] = torch.sin(p * w).float()
+            if i + 1 < d_model:
+                pe[:, i + 1] = torch.cos(p * w).float()
+        self.register_buffer("pe", pe)
+        self.src_dropout = nn.Dropout(dropout)
+        self.tgt_dropout = nn.Dropout(dropout)
+        self.encoder_layers = nn.ModuleList()
+        self.decoder_layers = nn.ModuleList()
+        for _ in range(n_layers):
+            self.encoder_layers.append(nn.TransformerEncoderLayer(d_model, n_heads, d_ff, dropout, batch_first=True,
+                                                                  norm_first=norm_first))
+            self.decoder_layers.append(DecoderBlock(d_model, n_heads, d_ff, dropout=dropout, norm_first=norm_first))
+        if norm_first:
+            self.encoder_norm = nn.LayerNorm(d_model)
+            self.decoder_norm = nn.LayerNorm(d_model)
+        else:
+            self.encoder_norm = None
+            self.decoder_norm = None
+        self.generator = nn.Linear(d_model, tgt_vocab)
+
+    def encode(self, src, src_mask=None):
+        S = src.shape[1]
+        h = self.src_dropout(self.src_embed(src) * math.sqrt(self.d_model) + self.pe[:S])
+        pad = masks.to_torch_key_padding(src_mask)
+        for layer in self.encoder_layers:
+            h = layer(h, src_key_padding_mask=pad)
+        if self.encoder_norm is not None:
+            h = self.encoder_norm(h)
+        return h
+
+    def decode(self, tgt, memory, src_mask=None):
+        T = tgt.shape[1]
+        h = self.tgt_dropout(self.tgt_embed(tgt) * math.sqrt(self.d_model) + self.pe[:T])
+        tgt_mask = masks.causal(T, device=tgt.device)
+        memory_mask = None if src_mask is None else masks.key_padding(src_mask)
+        for layer in self.decoder_layers:
+            h = layer(h, memory, tgt_mask=tgt_mask, memory_mask=memory_mask)
+        if self.decoder_norm is not None:
+            h = self.decoder_norm(h)
+        return self.generator(h)
+
+    def forward(self, src, tgt, src_mask=None):
+        memory = self.encode(src, src_mask)
+        return self.decode(tgt, memory, src_mask)
+"""},
+        "must_fail": [],
+    },
+    "transformer_outer_product_pe_style": {
+        "blind": True,
+        "style": "pe in float32 from torch.outer and an interleaving stack, one embedding dropout shared by both sides, "
+                 "the final norms applied by conditional expressions, masks built with unsqueeze and tril",
+        "replace": {"Transformer": """
+class Transformer(nn.Module):
+    def __init__(self, src_vocab, tgt_vocab, d_model=64, n_heads=4, d_ff=256, n_layers=2, dropout=0.0,
+                 norm_first=False, max_len=256, pad_id=0):
+        super().__init__()
+        self.d_model, self.pad_id, self.norm_first = d_model, pad_id, norm_first
+        self.src_embed = nn.Embedding(src_vocab, d_model)
+        self.tgt_embed = nn.Embedding(tgt_vocab, d_model)
+        nn.init.normal_(self.src_embed.weight, 0.0, 1.0 / math.sqrt(d_model))
+        nn.init.normal_(self.tgt_embed.weight, 0.0, 1.0 / math.sqrt(d_model))
+        half = (d_model + 1) // 2
+        freqs = torch.pow(10000.0, -torch.arange(half, dtype=torch.float32) * 2.0 / d_model)
+        angles = torch.outer(torch.arange(max_len, dtype=torch.float32), freqs)        # (max_len, half)
+        pe = torch.stack((angles.sin(), angles.cos()), dim=2).reshape(max_len, 2 * half)[:, :d_model]
+        self.register_buffer("pe", pe.contiguous())
+        self.drop = nn.Dropout(dropout)
+        self.encoder_layers = nn.ModuleList(
+            [nn.TransformerEncoderLayer(d_model=d_model, nhead=n_heads, dim_feedforward=d_ff, dropout=dropout,
+                                        batch_first=True, norm_first=norm_first) for _ in range(n_layers)])
+        self.decoder_layers = nn.ModuleList(
+            [DecoderBlock(d_model, n_heads, d_ff, dropout, norm_first) for _ in range(n_layers)])
+        self.encoder_norm = nn.LayerNorm(d_model) if norm_first else None
+        self.decoder_norm = nn.LayerNorm(d_model) if norm_first else None
+        self.generator = nn.Linear(d_model, tgt_vocab)
+
+    def _embed(self, ids, table):
+        x = table(ids) * self.d_model ** 0.5
+        return self.drop(x + self.pe[: ids.size(1)].unsqueeze(0))
+
+    def encode(self, src, src_mask=None):
+        x = self._embed(src, self.src_embed)
+        kpm = src_mask.logical_not() if src_mask is not None else None
+        for layer in self.encoder_layers:
+            x = layer(x, src_key_padding_mask=kpm)
+        return self.encoder_norm(x) if self.encoder_norm is not None else x
+
+    def decode(self, tgt, memory, src_mask=None):
+        T = tgt.size(1)
+        causal = torch.tril(torch.ones(T, T, dtype=torch.bool, device=tgt.device))
+        mem_mask = src_mask.unsqueeze(1).unsqueeze(2) if src_mask is not None else None
+        y = self._embed(tgt, self.tgt_embed)
+        for layer in self.decoder_layers:
+            y = layer(y, memory, tgt_mask=causal, memory_mask=mem_mask)
+        y = self.decoder_norm(y) if self.decoder_norm is not None else y
+        return self.generator(y)
+
+    def forward(self, src, tgt, src_mask=None):
+        return self.decode(tgt, self.encode(src, src_mask), src_mask)
+"""},
+        "must_fail": [],
+    },
 }
