@@ -225,7 +225,7 @@ def induction_score(weights, length):
     },
     "ablate_whole_layer": {
         "replace": {"ablate_heads": ref("ablate_heads", ("            for h in switched_off:\n"
-                                                         "                keep[h * layer.d_head:(h + 1) * layer.d_head] = 0.0",
+                                                         "                keep[h * Dh:(h + 1) * Dh] = 0.0",
                                                          "            if switched_off:\n                keep[:] = 0.0"))},
         "must_fail": ["test_ablate_heads_named_heads"],
     },
