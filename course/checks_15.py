@@ -11,6 +11,9 @@ the grader's judge, where the learner's objects are stand-ins and only data come
   correct speculative generation is an independent draw from the target's distribution, so one long
   generation is a large sample), or one distribution per previous token (a bigram table: the transitions
   are checked). They map ids (B, T) to logits (B, T, V) like a real model, for any token id.
+* :class:`CountedPasses`: a model that allows so many calls, then writes only a tripwire token: a generation
+  that holds the tripwire called the model more often than allowed (the calls happen in the learner's
+  process, so the count is read from the tokens).
 * :func:`run_speculative`: one call of the learner's ``speculative_generate``, its result checked against
   the contract (a pair: the tokens and the number of accepted draft tokens).
 * :func:`frequencies`, :func:`transitions`, :func:`check_token_frequencies`: what a generation drew, compared
@@ -29,7 +32,7 @@ from torch import nn
 
 from course import checks
 
-__all__ = ["FixedLM", "BigramLM", "run_speculative", "frequencies", "transitions", "check_token_frequencies",
+__all__ = ["FixedLM", "BigramLM", "CountedPasses", "run_speculative", "frequencies", "transitions", "check_token_frequencies",
            "cache_contents", "held_tokens", "check_cache_holds", "attend_over_cache", "run_cache", "random_kv", "distance_bias"]
 
 
@@ -55,6 +58,23 @@ class BigramLM(nn.Module):
 
     def forward(self, idx):
         return self.table[idx]                                       # (B, T) -> (B, T, V)
+
+
+class CountedPasses(nn.Module):
+    """``model`` for its first ``passes`` calls; after them every position's logits put all the mass on ``tripwire``
+    (a token ``model`` never writes), so the tokens of a generation show whether it called more often."""
+
+    def __init__(self, model, passes, tripwire):
+        super().__init__()
+        self.model, self.passes, self.tripwire, self.calls = model, int(passes), int(tripwire), 0
+
+    def forward(self, idx):
+        self.calls += 1
+        logits = self.model(idx)
+        if self.calls > self.passes:
+            logits = torch.full_like(logits, -1e4)
+            logits[..., self.tripwire] = 0.0
+        return logits
 
 
 def run_speculative(fn, target, draft, idx, max_new_tokens, *, k=4, temperature=1.0, seed=0):

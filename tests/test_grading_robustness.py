@@ -539,6 +539,28 @@ def test_a_test_that_waits_on_the_learners_threads_says_why(tmp_path, judge_scra
     assert not cell["passed"] and "thread" not in cell["message"], cell      # no threads: no such hint
 
 
+def test_a_timeout_names_the_learners_function_it_ran_in(tmp_path, judge_scratch):
+    """A test cell that runs out of time while it calls a function (or an object of a class) the notebook defines
+    says which, in the learner's words; an object's own self-description (its ``__name__``, made from what the
+    test passed) is never shown."""
+    solution = ("class Looping(torch.nn.Module):\n    def forward(self, x):\n        while x.sum() > -1:\n            pass\n"
+                "def f(x):\n    while x.sum() > -1:\n        x = x + 0\n    return x\n"
+                "def make(n):\n    m = Looping()\n    m.__name__ = 'SECRET' + str(n)\n    return m")
+    cases = [("assert f(torch.ones(1)).item() == 1.0", "while your f was running"),
+             ("m = Looping()\nm(torch.ones(1))", "while your Looping object was running"),
+             ("m = make(4321)\nm(torch.ones(1))", None)]           # a name made from the test's input: not shown
+    for i, (test, said) in enumerate(cases):
+        (tmp_path / str(i)).mkdir()
+        source, sub = _lesson(tmp_path / str(i), solution, test, "x = 1")
+        cell = _judge(judge_scratch, source, sub, timeout=3)["cells"][0]
+        assert not cell["passed"] and "time limit" in cell["message"], cell
+        assert "SECRET" not in cell["message"] and "4321" not in cell["message"], cell
+        if said:
+            assert said in cell["message"] and "never end" in cell["message"], cell
+        else:
+            assert "while your" not in cell["message"], cell
+
+
 def test_a_learners_own_classes_and_functions_pickle_as_in_jupyter(tmp_path, judge_scratch):
     """Jupyter runs a notebook in ``__main__``: ``torch.save`` of a whole model whose class the notebook
     defines, or pickling one of its functions, works there, and so under grading."""

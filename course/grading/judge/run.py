@@ -381,7 +381,11 @@ def run_test(session: Session, cell, context: dict, student_defs: dict, timeout:
         passed, message, restart = True, "", None
     except WorkerGone as exc:
         passed, restart = False, "timeout" if exc.timeout else "died"
-        message = _message(exc, timeout) + (_threads_hint(session) if exc.timeout else "")
+        running = _running(session, ns, injected) if exc.timeout else None
+        message = (f"this cell ran past the time limit ({timeout} s) while your {running} was running, and was "
+                   f"stopped: does a loop in your {running} never end (a condition that never becomes false, a "
+                   "counter never advanced), or is it very slow?" if running else _message(exc, timeout))
+        message += _threads_hint(session) if exc.timeout else ""
     except BaseException as exc:  # noqa: BLE001 - any exception is a failed test
         if isinstance(exc, (KeyboardInterrupt, SystemExit)) and not isinstance(exc, SystemExit):
             raise
@@ -402,6 +406,24 @@ def run_test(session: Session, cell, context: dict, student_defs: dict, timeout:
         keep[k] = v
     session.test_defs = keep
     return {"passed": passed, "message": _cap(message, 3000), "restart": restart}
+
+
+def _running(session: Session, ns: dict, injected: list) -> str | None:
+    """Which of the learner's names the test was calling when it ran out of time: a function or class the cell
+    took from the notebook, or an object of such a class (by the class's name). Only those public names are
+    ever shown: an object's own description comes from the learner's process and could carry anything."""
+    op, hid = getattr(session, "pending", (None, None))
+    if op != "call" or hid is None:
+        return None
+    for name in injected:
+        value = ns.get(name)
+        if (isinstance(value, Remote) or type(value) is Remote) and object.__getattribute__(value, "_r_id") == hid:
+            return name
+    proxy = session.proxies.get(hid)
+    info = object.__getattribute__(proxy, "_r_info") if proxy is not None else {}
+    mro = info.get("mro") if isinstance(info, dict) else None
+    cls = str(mro[0][1]) if mro else ""
+    return f"{cls} object" if cls in injected else None
 
 
 def fork_for_tests(session: Session, timeout: int) -> set:

@@ -422,6 +422,7 @@ class Session:
             kw["seeing"] = True        # the worker watches this block's inputs until a request comes without it
         else:
             self.watches = {}
+        self.pending = (op, kw.get("h"))          # what the worker was doing, should it run out of time
         try:
             payload = wire.encode_request({"op": WorkerOp(op).value, **kw})
         except pickle_errors() as exc:
