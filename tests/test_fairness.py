@@ -301,7 +301,8 @@ def test_certificate_targets():
     correct alternative lost a point; at least 98 % of the non-equivalent mutants lose points (a survivor
     reviewed in course/tools/fairness/decisions.json as an "acceptable" difference the contract allows is not
     held against the tests; a "hole" is); every killed mutant's failing cells have messages that pass the
-    checks (course/tools/fairness/messages.py); and no survivor is left unreviewed."""
+    checks (course/tools/fairness/messages.py); no survivor is left unreviewed; and every exercise is covered by at
+    least three correct alternatives in other styles."""
     cert = certify.load(ROOT / "docs" / "fairness.json").get("lessons", {})
     if not cert:
         pytest.skip("no certificate yet: run `make certify`")
@@ -325,6 +326,9 @@ def test_certificate_targets():
         for alt in rec.get("alternatives", []):
             if alt["lost"]:
                 problems.append(f"{lesson} alternative {alt['name']} lost points: {alt['marks']}")
+        for cell, (n, _blind) in certify.alternatives_per_exercise(rec).items():
+            if n < certify.ALTERNATIVES_TARGET:
+                problems.append(f"{lesson} {cell}: {n} correct alternative(s) cover it (target {certify.ALTERNATIVES_TARGET})")
     assert not problems, "\n".join(problems)
 
 

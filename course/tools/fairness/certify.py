@@ -42,6 +42,7 @@ from .mutants import Mutant, mutate_lesson, sample, solution_cells, split_soluti
 
 ROOT = Path(__file__).resolve().parents[3]
 KILL_TARGET = 0.98
+ALTERNATIVES_TARGET = 3          # correct alternatives in other styles covering each exercise (issue 42)
 # Statuses that say the grader failed, not the submission: such a mutant is not counted as killed.
 GRADER_FAULTS = ("grader-error", "invalid-notebook", "missing-notebook", "unknown-lesson")
 DECISIONS = Path(__file__).resolve().parent / "decisions.json"
@@ -294,12 +295,25 @@ def estimate_lesson(root: Path, lesson: str, *, jobs: int, timeout: int, noteboo
             "estimate_s": round(per * n_subs), "seconds": round(time.monotonic() - t0, 1)}
 
 
+def alternatives_per_exercise(record: dict) -> dict[str, tuple[int, int]]:
+    """For each exercise of a lesson's record: how many of its correct alternatives replace that cell, and how
+    many of those were written blind (from the student notebook alone)."""
+    counts = {}
+    for cell in record.get("exercises", {}):
+        covering = [a for a in record.get("alternatives", []) if cell in a.get("cells", [])]
+        counts[cell] = (len(covering), sum(1 for a in covering if a.get("blind")))
+    return counts
+
+
 def summarise(record: dict) -> None:
     """Counts per exercise and the targets met, in the record itself."""
     misses = []
     if record.get("error"):
         record["misses"] = [record["error"]]
         return
+    for cell, (n, _blind) in alternatives_per_exercise(record).items():
+        if n < ALTERNATIVES_TARGET:
+            misses.append(f"{cell}: {n} correct alternative(s) in other styles (target {ALTERNATIVES_TARGET})")
     for cell, ex in record.get("exercises", {}).items():
         verdicts = [m["verdict"] for m in ex["mutants"]]
         killed, equivalent = verdicts.count("killed"), verdicts.count("equivalent")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .certify import KILL_TARGET
+from .certify import ALTERNATIVES_TARGET, KILL_TARGET, alternatives_per_exercise
 
 HEAD = """# Fairness certificate
 
@@ -14,7 +14,9 @@ failure message tells the learner what is wrong. It is written by `make certify`
 
 **Targets** (per exercise): at least {kill:.0%} of the non-equivalent mutants lose a point (a survivor reviewed as a
 difference the contract allows, *acceptable* below, is listed but not held against the tests); no correct alternative
-loses a point on any seed; every killed mutant's failing cells have messages that pass the checks.
+loses a point on any seed, and at least {alts} correct alternatives in other styles cover it (*alternatives (blind)*:
+how many, and how many of them were written from the student notebook alone); every killed mutant's failing cells
+have messages that pass the checks.
 
 ## How it is built
 
@@ -80,7 +82,7 @@ def write_page(cert: dict, out: Path) -> None:
         mutmut = version("mutmut")
     except Exception:  # noqa: BLE001 - the page says so
         mutmut = "(version unknown)"
-    lines = [HEAD.format(kill=KILL_TARGET, mutmut=mutmut)]
+    lines = [HEAD.format(kill=KILL_TARGET, alts=ALTERNATIVES_TARGET, mutmut=mutmut)]
     lessons = cert.get("lessons", {})
     rows = ["| lesson | date | sample | mutants graded | equivalent | killed | surviving (not accepted) | kill rate | messages pass | "
             "alternatives (lost) | time (wall, grading CPU) | targets |",
@@ -183,13 +185,14 @@ def write_page(cert: dict, out: Path) -> None:
         if rec.get("error"):
             lines.append(f"\n**Error**: {rec['error'][:500]}")
         lines.append("\n| exercise | generated | dropped | graded | equivalent | killed | surviving (accepted) | kill rate | "
-                     "messages pass |")
-        lines.append("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+                     "messages pass | alternatives (blind) |")
+        lines.append("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+        covering = alternatives_per_exercise(rec)
         for cell, e in rec.get("exercises", {}).items():
             dropped = ", ".join(f"{n} {why}" for why, n in sorted(e["dropped"].items())) or "0"
             lines.append(f"| `{cell}` | {e['generated']} | {dropped} | {e['graded']} of {e['mutants_total']} | {e.get('equivalent', 0)} | "
                          f"{e.get('killed', 0)} | {e.get('surviving', 0)} ({e.get('accepted', 0)}) | {_pct(e.get('kill_rate', 1))} | "
-                         f"{e.get('messages_pass', 0)} of {e.get('killed', 0)} |")
+                         f"{e.get('messages_pass', 0)} of {e.get('killed', 0)} | {covering[cell][0]} ({covering[cell][1]}) |")
         eqs = [(c, m) for c, e in rec.get("exercises", {}).items() for m in e["mutants"] if m["verdict"] == "equivalent"]
         if eqs:
             lines.append("\n**Equivalent mutants** (equal to the reference on every input tried):\n")
