@@ -91,3 +91,40 @@ def test_release_check_passes():
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 # Every solution notebook runs in the smoke profile: see tests/test_newcomer.py (`make run` as typed).
+
+
+def _assigned_at_top(src: str) -> set[str]:
+    import symtable
+
+    try:
+        top = symtable.symtable(src, "<cell>", "exec")
+    except SyntaxError:
+        return set()
+    return {s.get_name() for s in top.get_symbols() if s.is_assigned() or s.is_imported()}
+
+
+@pytest.mark.parametrize("lesson", LESSONS)
+def test_no_later_cell_reads_a_name_a_test_cell_set(lesson):
+    """A test cell's names stay its own: no later cell of the lesson reads a name whose last assignment was in a
+    test cell. The solution notebook runs its hidden tests too (`course run`), the student notebook does not, and
+    the grader keeps test cells apart: a hidden test that set `target` once broke the experiment after it in
+    `make run` alone, while every grading test passed."""
+    from course.grading.judge.lesson import free_names
+
+    nb = nbformat.read(ROOT / "solutions" / lesson / f"{lesson}.ipynb", as_version=4)
+    last: dict[str, str] = {}
+    problems = []
+    for i, cell in enumerate(nb.cells):
+        if cell.cell_type != "code":
+            continue
+        src = "\n".join(line for line in cell.source.splitlines() if not line.lstrip().startswith(("%", "!")))
+        is_test = bool(cell.get("metadata", {}).get("nbgrader", {}).get("grade"))
+        if not is_test:
+            problems += [f"cell {i} ({cell.get('id')}) reads {name!r}, last set by the test cell {last[name]}"
+                         for name in free_names(src) if name in last]
+        for name in _assigned_at_top(src):
+            if is_test:
+                last[name] = cell.get("id") or str(i)
+            else:
+                last.pop(name, None)
+    assert not problems, "\n".join(problems)
