@@ -361,6 +361,7 @@ def run_test(session: Session, cell, context: dict, student_defs: dict, timeout:
         session.deadline = None
         return {"passed": False, "message": _cap(_message(exc, timeout), 3000), "restart": "died"}
     session.hidden_lines = (filename, _hidden_block_lines(src))
+    session.timed_out_in = None
     injected = []
     try:
         for name in free_names(src):
@@ -412,7 +413,7 @@ def _running(session: Session, ns: dict, injected: list) -> str | None:
     """Which of the learner's names the test was calling when it ran out of time: a function or class the cell
     took from the notebook, or an object of such a class (by the class's name). Only those public names are
     ever shown: an object's own description comes from the learner's process and could carry anything."""
-    op, hid = getattr(session, "pending", (None, None))
+    op, hid = getattr(session, "timed_out_in", None) or (None, None)
     if op != "call" or hid is None:
         return None
     for name in injected:

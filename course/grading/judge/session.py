@@ -356,19 +356,26 @@ class Session:
         left = deadline - time.monotonic()
         ready = select.select(watch, [], [], max(0.0, left))[0] if left > 0 else []
         if not ready:
-            raise WorkerGone("ran past the time limit", timeout=True)
+            raise self._out_of_time()
         if self.rfd not in ready:
             self._watch_zygote(0)
         try:
             payload = wire.recv(self.rfd, deadline=deadline)
             return wire.decode_data(payload, self._make_remote)
         except wire.WireTimeout:
-            raise WorkerGone("ran past the time limit", timeout=True) from None
+            raise self._out_of_time() from None
         except wire.WireError as exc:
             self._watch_zygote(2)
             if self.proc.poll() is not None or self.exited:
                 raise WorkerGone("the sandbox running the notebook died (os._exit, a crash, or out of memory)") from None
             raise WorkerGone(f"the sandbox broke the grading protocol ({exc})") from None
+
+    def _out_of_time(self) -> WorkerGone:
+        """The time limit, reached in the request now pending: remembered (the first of a test's requests to run
+        out of time names what the learner's code was doing; the requests that end the check after it fail too)."""
+        if getattr(self, "timed_out_in", None) is None:
+            self.timed_out_in = getattr(self, "pending", None)
+        return WorkerGone("ran past the time limit", timeout=True)
 
     def _make_remote(self, hid, info):
         proxy = self.proxies.get(hid)
@@ -431,7 +438,7 @@ class Session:
         try:
             wire.send(self.wfd, payload, deadline=deadline)
         except wire.WireTimeout:
-            raise WorkerGone("ran past the time limit", timeout=True) from None
+            raise self._out_of_time() from None
         except (BrokenPipeError, OSError):
             raise WorkerGone("the sandbox running the notebook died (os._exit, a crash, or out of memory)") from None
         reply = self._read()
