@@ -19,8 +19,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from course.tools.runner import cell_times, format_cell_times  # noqa: E402  (the checkout's own course package)
 
 BENCHES = ("attention_scaling", "gpt", "bert", "vit")
 COURSE_GOAL_SECONDS = 15 * 60          # the whole course, full profile, one H100/H200 (issue 12)
@@ -90,6 +94,18 @@ def build(out: Path, *, device: str, profile: str, quick: bool, seconds: float |
     doctor = _load(out / "doctor.json")
     lessons = _load(out / "lessons" / "report.json")
     benches = {name: _load(out / f"{name}.json") for name in BENCHES}
+    # A lesson whose step was ended from outside (the step's limit, the budget, a signal) wrote no report of
+    # its own: its row comes from the step, and where it was from its executed notebook, saved cell by cell.
+    reported = {l.get("id") for l in (lessons or {}).get("lessons", [])}
+    cut = []
+    for s in steps:
+        lesson = s["name"].split(":", 1)[1] if s["name"].startswith("lesson:") else None
+        if lesson and lesson not in reported and s["status"] in ("timeout", "stopped"):
+            cut.append({"id": lesson, "status": f"{s['status']} (step ended from outside)", "seconds": s["seconds"],
+                        "profile": profile, "device": device, "targets": [], "metrics": {},
+                        "cells": cell_times(out / "lessons" / lesson / f"{lesson}.ipynb")})
+    if cut:
+        lessons = {**(lessons or {}), "lessons": (lessons or {}).get("lessons", []) + cut}
     hw = (doctor or {}).get("hardware", {})
     gpu = hw.get("gpus", [{}])[0].get("name") if hw.get("gpus") else None
 
@@ -188,6 +204,8 @@ def build(out: Path, *, device: str, profile: str, quick: bool, seconds: float |
         errors = [f"- {l['id']}: {l['error'].splitlines()[0][:300]}" for l in lessons.get("lessons", []) if l.get("error")]
         if errors:
             md += ["", "Errors:", ""] + errors
+        md += ["", "Where the time went (papermill's record in each executed notebook; the notebooks are in lessons/):", ""]
+        md += [f"- {l['id']}: {format_cell_times(l.get('cells') or {})}" for l in lessons.get("lessons", [])]
     else:
         md.append("No lessons/report.json: the lessons step did not run or failed before writing it (see its log).")
 

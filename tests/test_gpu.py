@@ -269,6 +269,56 @@ def test_gpu_sh_keeps_to_its_budget_and_reports_when_stopped(tmp_path):
     assert [(s["name"], s["status"]) for s in report["steps"]] == [("attention_scaling", "stopped")], out
 
 
+def test_a_lesson_stopped_from_outside_says_which_cell_it_was_in(tmp_path):
+    """A lesson's step ended by its limit writes no report of its own; papermill saves the executed notebook
+    as each cell starts, so the checklist's report still says which cell the lesson was in, and how long the
+    finished ones took (the lesson 08 run on an H200 that stopped at 300 s said nothing of where)."""
+    import signal
+    import time
+
+    import nbformat
+
+    sys.path.insert(0, str(ROOT / "bench"))
+    import report as gpu_report
+
+    from course.tools.runner import cell_times
+
+    nb = nbformat.v4.new_notebook(metadata={"kernelspec": {"name": "python3", "display_name": "Python 3",
+                                                           "language": "python"}})
+    nb.cells = [nbformat.v4.new_markdown_cell("# A lesson\n## 1. Quick"), nbformat.v4.new_code_cell("x = 1"),
+                nbformat.v4.new_markdown_cell("## 2. Beam search, sentence by sentence"),
+                nbformat.v4.new_code_cell("# the slow part\nimport time\ntime.sleep(120)"),
+                nbformat.v4.new_code_cell("y = 2")]
+    source = tmp_path / "lesson.ipynb"
+    nbformat.write(nb, source)
+    out = tmp_path / "gpu"
+    executed = out / "lessons" / "08_slow" / "08_slow.ipynb"
+    executed.parent.mkdir(parents=True)
+    run = subprocess.Popen([sys.executable, "-c", "import papermill as pm, sys; pm.execute_notebook(sys.argv[1], "
+                            "sys.argv[2], kernel_name='python3', progress_bar=False)", str(source), str(executed)],
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 120
+    while not (cell_times(executed).get("running") or {}).get("cell") == 4 and time.monotonic() < deadline:
+        time.sleep(0.3)
+    run.send_signal(signal.SIGTERM)
+    run.communicate(timeout=60)
+
+    times = cell_times(executed)
+    assert times["running"]["cell"] == 4, times
+    assert times["running"]["section"] == "2. Beam search, sentence by sentence"
+    assert times["running"]["line"] == "import time"            # the first line of code, not the comment
+    assert times["finished"] == 1 and times["code_cells"] == 3 and times["slowest"][0]["cell"] == 2
+    (out / "steps.jsonl").write_text(json.dumps({"name": "lesson:08_slow", "status": "timeout", "rc": 124,
+                                                 "seconds": 300.0, "log": "", "command": "course run"}) + "\n")
+    rep = gpu_report.build(out, device="cuda", profile="full", quick=False, seconds=300.0)
+    md = (out / "report.md").read_text()
+    assert "| 08_slow | timeout (step ended from outside) | 300 | full/cuda |" in md, md
+    assert "08_slow: stopped in cell 4 (2. Beam search, sentence by sentence: `import time`" in md, md
+    assert rep["lessons"]["lessons"][0]["cells"]["running"]["cell"] == 4
+    assert rep["goals"][0]["met"] is None                       # a stopped lesson is not the whole course
+    assert cell_times(tmp_path / "missing.ipynb") == {}
+
+
 # -- on a GPU ------------------------------------------------------------------------------------------
 
 @pytest.mark.gpu

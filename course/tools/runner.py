@@ -19,7 +19,7 @@ from pathlib import Path
 from course.commands.lessons import Lesson
 
 __all__ = ["LessonResult", "SeedSummary", "summarize_seeds", "run_lessons", "run_lessons_seeds", "format_table",
-           "format_seed_table", "KERNEL_ARGUMENTS"]
+           "format_seed_table", "cell_times", "format_cell_times", "KERNEL_ARGUMENTS"]
 
 # Shared with `course check`, which learners' copies (course dist) ship without this module.
 from course.commands.checker import KERNEL_ARGUMENTS  # noqa: E402
@@ -37,6 +37,7 @@ class LessonResult:
     targets: list = field(default_factory=list)   # {metric, target, value, met}
     error: str = ""
     notebook: str = ""
+    cells: dict = field(default_factory=dict)     # where the time went: cell_times(notebook)
 
 
 def _read_metrics(path: Path) -> dict:
@@ -58,6 +59,72 @@ def _error_text(exc: BaseException) -> str:
     cell = getattr(exc, "exec_count", None)
     where = f" in cell [{cell}]" if cell else ""
     return f"{ename}{where}: {str(evalue).strip()[:500]}"
+
+
+def _seconds_between(start: str | None, end: str | None) -> float | None:
+    from datetime import datetime
+
+    try:
+        return round((datetime.fromisoformat(end) - datetime.fromisoformat(start)).total_seconds(), 1)
+    except (TypeError, ValueError):
+        return None
+
+
+def cell_times(notebook: Path, *, top: int = 5) -> dict:
+    """Where a lesson's time went, read from papermill's record in its executed notebook, also one left
+    behind by a run stopped from outside (papermill saves the notebook as each cell starts and ends).
+
+    Returns ``{}`` when there is no readable notebook, else ``{"code_cells", "finished", "seconds",
+    "slowest": [...], "running": {...} | None}``: ``slowest`` are the ``top`` finished cells by duration and
+    ``running`` the cell that had started and not ended (the one a stopped or timed-out run was in, with
+    ``started_at_s``, when it started, counted from the notebook's start); ``failed`` is the cell that raised
+    or ran past its time limit, if one did. Each cell is given as ``cell`` (its
+    number among all cells, from 1), ``section`` (the last markdown heading above it) and ``line`` (its first
+    line of code)."""
+    try:
+        nb = json.loads(Path(notebook).read_text(encoding="utf-8"))
+        cells = nb["cells"]
+        nb_start = nb.get("metadata", {}).get("papermill", {}).get("start_time")
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return {}
+    section, done, running, failed, n_code = "", [], None, None, 0
+    for i, cell in enumerate(cells, 1):
+        source = "".join(cell.get("source", "")) if isinstance(cell.get("source"), list) else str(cell.get("source", ""))
+        if cell.get("cell_type") == "markdown":
+            heads = [line.lstrip("#").strip() for line in source.splitlines() if line.startswith("#")]
+            section = heads[-1] if heads else section
+            continue
+        if cell.get("cell_type") != "code":
+            continue
+        n_code += 1
+        pm = (cell.get("metadata") or {}).get("papermill") or {}
+        code = [line.strip() for line in source.splitlines() if line.strip() and not line.strip().startswith("#")]
+        where = {"cell": i, "section": section[:80], "line": (code[0] if code else "")[:100]}
+        if pm.get("status") == "running" or (pm.get("start_time") and not pm.get("end_time")):
+            running = {**where, "started_at_s": _seconds_between(nb_start, pm.get("start_time"))}
+        elif isinstance(pm.get("duration"), (int, float)):
+            done.append({**where, "seconds": round(float(pm["duration"]), 1)})
+            if pm.get("status") == "failed" or pm.get("exception"):
+                failed = done[-1]
+    return {"code_cells": n_code, "finished": len(done), "seconds": round(sum(c["seconds"] for c in done), 1),
+            "slowest": sorted(done, key=lambda c: -c["seconds"])[:top], "running": running, "failed": failed}
+
+
+def format_cell_times(times: dict) -> str:
+    """One line: the cell a run stopped in (if any) and the slowest finished cells."""
+    if not times:
+        return "no executed notebook to read"
+    parts = []
+    run = times.get("running")
+    if run:
+        started = f", started {run['started_at_s']:.0f} s in" if run.get("started_at_s") is not None else ""
+        parts.append(f"stopped in cell {run['cell']} ({run['section'] or 'no heading'}: `{run['line']}`{started})")
+    bad = times.get("failed")
+    if bad:
+        parts.append(f"failed in cell {bad['cell']} ({bad['section'] or 'no heading'}: `{bad['line']}`) after {bad['seconds']:.0f} s")
+    parts.append(f"{times['finished']} of {times['code_cells']} code cells finished in {times['seconds']:.0f} s")
+    slow = "; ".join(f"cell {c['cell']} {c['seconds']:.0f} s ({c['section'] or 'no heading'})" for c in times["slowest"][:3])
+    return ", ".join(parts) + (f"; slowest: {slow}" if slow else "")
 
 
 def run_lesson(lesson: Lesson, out: Path, *, profile: str, device: str, seed: int, timeout: int | None,
@@ -100,6 +167,7 @@ def run_lesson(lesson: Lesson, out: Path, *, profile: str, device: str, seed: in
         else:
             os.environ["COURSE_METRICS"] = old
     res.metrics = _read_metrics(metrics_file)
+    res.cells = cell_times(executed)
     check_targets = res.profile != "smoke"
     for t in lesson.targets:
         value = res.metrics.get(t.metric)
@@ -174,13 +242,18 @@ def run_lessons(lessons: list[Lesson], out: Path, *, profile: str = "auto", devi
         res = run_lesson(lesson, out, profile=profile, device=device, seed=seed, timeout=timeout, progress=progress)
         print(f"[{i}/{len(lessons)}] {lesson.id}: {res.status} in {res.seconds:.1f} s"
               + (f" -- {res.error.splitlines()[0]}" if res.error else ""), flush=True)
+        if res.status in ("timeout", "failed") and (res.cells.get("running") or res.cells.get("failed")):
+            print(f"    {format_cell_times(res.cells)}", flush=True)
         results.append(res)
     report = {**_environment(t0), "all_passed": all(r.status == "passed" for r in results),
               "lessons": [asdict(r) for r in results]}
     (out / "report.json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
     md = ["# Course run report", "", f"{report['created']} · torch {report['torch']} · "
           f"{report['cuda'] or 'CPU'} · {report['machine']} · total {report['total_seconds']} s", "",
-          format_table(results, markdown=True), ""]
+          format_table(results, markdown=True), "", "## Where the time went", "",
+          "Per lesson, from papermill's record in the executed notebook: the slowest cells and, for a run that "
+          "stopped, the cell it stopped in.", ""]
+    md += [f"- {r.id}: {format_cell_times(r.cells)}" for r in results] + [""]
     (out / "report.md").write_text("\n".join(md), encoding="utf-8")
     print()
     print(format_table(results))
