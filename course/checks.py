@@ -313,7 +313,7 @@ def forbidden_targets(names: tuple[str, ...]):
 
 
 @contextlib.contextmanager
-def forbid(fn, *names: str, why: str, limit: int | None = None):
+def forbid(fn, *names: str, why: str, limit: int | None = None, work: int | None = None):
     """Fail if the learner's ``fn`` uses a library shortcut the exercise forbids.
 
     Three checks: the source of ``fn`` may not mention ``.name`` for any forbidden name (read with
@@ -322,7 +322,9 @@ def forbid(fn, *names: str, why: str, limit: int | None = None):
     functions and of the PyTorch kernels behind them (``aten::_softmax``, the fused attention kernels)
     fails, whatever name reached them (an alias, ``torch.ops.aten``, ``getattr``; see
     :mod:`course.forbidden`). With ``limit``, any tensor with more than ``limit`` elements produced while
-    the block runs fails too (measured at the dispatcher: no tensor subclass hides it). Under grading, a
+    the block runs fails too (measured at the dispatcher: no tensor subclass hides it). With
+    :data:`course.forbidden.TRITON` among the names and ``work``, the block must launch a Triton kernel and
+    PyTorch may compute at most ``work`` values outside Triton's launches. Under grading, a
     notebook that reaches around these checks (``torch._C``, ``torch.ops``, PyTorch's mode stack, the
     grader's modules, ``exec``) fails every test that uses them. Use it around the calls::
 
@@ -340,7 +342,7 @@ def forbid(fn, *names: str, why: str, limit: int | None = None):
         raise AssertionError(f"{getattr(fn, '__name__', 'your code')} uses {', '.join(found[:3])}: this exercise asks "
                              f"you to {why}, without calling {' or '.join(names)}.")
     if hooks is not None:                            # under grading: block them inside the sandbox
-        with hooks.forbid(names, why, limit):
+        with hooks.forbid(names, why, limit, work):
             yield
         return
     label = getattr(fn, "__name__", "your code")     # read only here: under grading, a read is a round trip
@@ -359,7 +361,7 @@ def forbid(fn, *names: str, why: str, limit: int | None = None):
             setattr(owner, attr, blocker(f"{getattr(owner, '__name__', 'torch')}.{attr}"))
         except (AttributeError, TypeError):
             continue
-    guard = forbidden.Guard(names, why, limit)
+    guard = forbidden.Guard(names, why, limit, work)
     # the learner's own softmax, or a size limit: the data must also stay in PyTorch (as under grading)
     hook = forbidden.OutsidePyTorch(guard) if guard.closed else None
     error = None

@@ -8,7 +8,9 @@ Every call into the learner's functions goes through :func:`checks.forbid` with 
 :data:`course.forbidden.TRITON`: PyTorch's fused attention, softmax and matrix products are refused
 (the kernels compute with ``tl.dot``), the data may leave PyTorch only where Triton's interpreter moves
 it, and with ``limit`` no PyTorch tensor and no block of a kernel may be as large as the matrix of
-scores. NumPy's floating-point warnings are silenced around the call (Triton's interpreter computes in
+scores. The work must be the kernels': each call launches at least one, and PyTorch may compute at most
+:data:`WORK_PER_INPUT` values per value of the call's tensor inputs around the launches. NumPy's
+floating-point warnings are silenced around the call (Triton's interpreter computes in
 NumPy; ``exp`` of a huge masked score warns "overflow" on stderr, and a correct kernel must never lose
 a point to that).
 """
@@ -52,9 +54,16 @@ def not_implemented(exc: BaseException) -> bool:
     return isinstance(exc, NotImplementedError) or "NotImplementedError" in f"{type(exc).__name__}: {exc}"
 
 
+# What PyTorch may compute around the kernels' launches, in values, per value of the call's tensor inputs. The
+# reference, the alternatives and the correct planted variants use at most 1.7 (outputs, per-head buffers, D);
+# attention computed in PyTorch around kernels that do nothing uses 22 or more at T = 17, 40 at T = 48.
+WORK_PER_INPUT = 8
+
+
 def _run(fn, args, kwargs, what: str, limit):
     """``fn(*args, **kwargs)`` under the lesson's forbidden-call check; errors in the learner's terms."""
-    with _quiet_numpy(), checks.forbid(fn, *SHORTCUTS, TRITON, why=WHY, limit=limit):
+    inputs = sum(a.numel() for a in args if isinstance(a, torch.Tensor))
+    with _quiet_numpy(), checks.forbid(fn, *SHORTCUTS, TRITON, why=WHY, limit=limit, work=WORK_PER_INPUT * inputs):
         try:
             return fn(*args, **kwargs)
         except AssertionError:

@@ -42,7 +42,7 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatch_mode_stack
 from torch.utils import _pytree as pytree
 
-__all__ = ["KERNELS", "TRITON", "Guard", "kernels_for", "tampering", "aliases"]
+__all__ = ["KERNELS", "TRITON", "Guard", "family", "kernels_for", "tampering", "aliases"]
 
 # A pseudo-name: among a guard's forbidden names it lets Triton's interpreter move data (see above). Not an
 # identifier, so no attribute, import or string of a learner's code matches it by accident.
@@ -70,13 +70,64 @@ KERNELS = {
     "MultiheadAttention": _SDPA + ("_native_multi_head_attention",),
 }
 
+# The lists above name the kernels a Python name reaches; PyTorch has other kernels that compute the same
+# thing under other names (``torch._masked_softmax``, the sparse softmax, the fused attention kernels, each
+# with a softmax inside, ``conv3d`` or ``torch.convolution`` for a ``conv2d``, ``_transformer_encoder_layer_fwd``
+# for a whole encoder layer). So each forbidden name also refuses its *families*: every ATen kernel
+# registered in this PyTorch whose name matches the family's pattern, read from the dispatcher's own list.
+_FAMILY_PATTERNS = {
+    "softmax": r"softmax",
+    "attention": r"attention|_sdp_|transformer_encoder_layer",
+    "transformer_layer": r"transformer_encoder_layer",
+    "convolution": r"conv(?!ert)|convolution",
+    "matmul": (r"(^|_)(mm|bmm|mv|addmm|addmv|addbmm|baddbmm|addr|dot|vdot|matmul|linear|bilinear|trilinear|einsum|"
+               r"tensordot|kron|inner|outer|ger|chain_matmul|multi_dot|int_mm|grouped_mm|cdist|euclidean_dist)(_|$)|"
+               r"pack_mm|linear_combination|cdist"),
+}
+_FAMILIES = {
+    "softmax": ("softmax", "attention"),
+    "log_softmax": ("softmax", "attention"),
+    "scaled_dot_product_attention": ("attention",),
+    "multi_head_attention_forward": ("attention",),
+    "MultiheadAttention": ("attention",),
+    # an encoder layer's own kernel only: the learner's block may use nn.MultiheadAttention (its fused path)
+    "TransformerEncoderLayer": ("transformer_layer",),
+    "TransformerEncoder": ("transformer_layer",),
+    "conv1d": ("convolution",), "conv2d": ("convolution",), "conv3d": ("convolution",), "Conv2d": ("convolution",),
+    # a convolution is a matrix product too, and so is every fused attention kernel
+    "matmul": ("matmul", "convolution", "attention"),
+    "einsum": ("matmul", "convolution", "attention"),
+}
+_ATEN: list = []          # every ATen kernel name this PyTorch registers (read once)
 
-def kernels_for(names) -> frozenset[str]:
-    """The ATen kernels behind these Python names (names without a known kernel add nothing)."""
+
+def _aten_names() -> frozenset[str]:
+    if not _ATEN:
+        try:
+            names = torch._C._dispatch_get_all_op_names()
+        except (AttributeError, RuntimeError):          # an older PyTorch: the lists above are what we know
+            names = ()
+        _ATEN.append(frozenset(n.split("::", 1)[1].split(".")[0] for n in names if n.startswith("aten::")))
+    return _ATEN[0]
+
+
+def family(name: str) -> frozenset[str]:
+    """The ATen kernels of one family of :data:`_FAMILY_PATTERNS` (``"softmax"``, ``"attention"``...)."""
+    import re
+
+    pattern = re.compile(_FAMILY_PATTERNS[name])
+    return frozenset(n for n in _aten_names() if pattern.search(n) and not n.lstrip("_").startswith("upsample"))
+
+
+def kernels_for(names, *, families: bool = True) -> frozenset[str]:
+    """The ATen kernels behind these Python names and (``families``) every kernel of their families (names
+    without a known kernel add nothing)."""
     out: set[str] = set()
     for name in names:
-        out.update(KERNELS.get(str(name).lstrip("_"), ()))
-        out.update(KERNELS.get(str(name), ()))
+        for key in {str(name), str(name).lstrip("_")}:
+            out.update(KERNELS.get(key, ()))
+            for fam in _FAMILIES.get(key, ()) if families else ():
+                out.update(family(fam))
     return frozenset(out)
 
 
@@ -121,9 +172,22 @@ class _Kernels(TorchDispatchMode):
             # An operator the learner's code defined (torch.library): its body runs below this mode, where no
             # check sees what it calls (a fused softmax, a T x T matrix).
             g.refuse(f"an operator defined by your code ({func._schema.name}), whose body this check cannot see")
-        if name in g.kernels:
+        if name in g.kernels and name in g.direct:
             g.refuse(f"PyTorch's kernel aten::{name} (whatever name reached it)")
+        if name in g.kernels:            # the same work under another kernel's name: reported for a look too
+            g.refuse(f"PyTorch's kernel aten::{name}, which computes what {' or '.join(sorted(g.names - {TRITON}))} "
+                     "computes under another name")
         out = func(*args, **(kwargs or {}))
+        if g.work is not None and not getattr(func, "is_view", False) and not _by_triton():
+            g.outside += sum(t.numel() for t in pytree.tree_leaves(out) if isinstance(t, torch.Tensor))
+            if g.outside > g.work:
+                msg = (f"your code computed {g.outside} values with PyTorch outside your Triton kernels (aten::{name} "
+                       f"and the kernels before it; the test allows {g.work}, a few times the size of the inputs): "
+                       "the attention itself (scores, the online softmax, the weighted sum of values, the gradients) "
+                       "is computed inside your @triton.jit kernels, and the function that launches them only "
+                       f"allocates, converts and launches. This exercise asks you to {g.why}.")
+                g.violations.append(msg)
+                raise AssertionError(msg)
         if g.limit is not None:
             for t in pytree.tree_leaves(out):
                 if isinstance(t, torch.Tensor) and t.numel() > g.limit and not (g.triton and _by_triton()):
@@ -136,7 +200,7 @@ class _Kernels(TorchDispatchMode):
 def _by_triton() -> bool:
     """Whether the kernel running now was called by Triton's own code (its interpreter copies the arguments'
     storages in and out of a launch, as bytes): the nearest frame outside PyTorch and this module is Triton's.
-    Only asked about a tensor over the size limit."""
+    Asked about a tensor over the size limit, and about every kernel under a guard with ``work``."""
     frame = sys._getframe(2)
     here = __file__
     while frame is not None and (frame.f_code.co_filename == here or
@@ -181,13 +245,26 @@ class Guard:
     above ``limit`` elements. ``violations`` lists what happened, as sentences for the learner.
 
     PyTorch's modes watch only the thread that entered them, so under grading the guard also fails a
-    call that started a thread or a process (a new PID in the sandbox's namespace) while it was on."""
+    call that started a thread or a process (a new PID in the sandbox's namespace) while it was on.
 
-    def __init__(self, names, why: str, limit: int | None = None):
+    With :data:`TRITON` and ``work`` (lesson 16: "compute attention in your Triton kernels"), the work must
+    happen in kernels: the call must launch at least one, and PyTorch's kernels run by the learner's code
+    (not by Triton's interpreter) may produce at most ``work`` values in all, views aside. A launcher
+    allocates, converts and launches, a few times the size of its inputs; attention computed with PyTorch
+    around kernels that do nothing (a score tile as ``(q[:, None] * k[None]).sum(-1)``, no matrix product
+    named) grows with T x T and is refused."""
+
+    def __init__(self, names, why: str, limit: int | None = None, work: int | None = None):
         self.names = frozenset(str(n) for n in names)
         self.kernels = kernels_for(self.names)
+        self.direct = kernels_for(self.names, families=False)     # what the names themselves reach
         self.why = why
         self.limit = None if limit is None else int(limit)
+        # With TRITON: how many values PyTorch may compute outside Triton's launches (allocations, copies, the
+        # launchers' own arithmetic), in all; what it computed so far, and how many kernels were launched.
+        self.work = None if work is None else int(work)
+        self.outside = 0
+        self.launches = 0
         self.violations: list[str] = []
         self._modes = (_Functions(self), _Kernels(self))
         self._tasks = None
@@ -214,8 +291,13 @@ class Guard:
     def __exit__(self, *exc):
         functions, kernels = self._modes
         if self._triton_watch is not None:
+            watching = self._triton_watch.launch is not None        # Triton's interpreter was there to watch
             self._triton_watch.stop()
             self._triton_watch = None
+            if watching and self.work is not None and not self.launches and not self.violations:
+                self.violations.append("your code launched no Triton kernel: in this exercise the attention is computed "
+                                       "inside your @triton.jit kernels, launched as kernel[grid](...) by the function "
+                                       f"under test. This exercise asks you to {self.why}.")
         if self._tasks is not None and tasks_created() != self._tasks:
             self.violations.append("your code started a thread or a process while the check of forbidden calls was "
                                    "on: the check watches the thread that calls your function, so the exercise's "
@@ -291,6 +373,7 @@ class _TritonWatch:
             # under the profile hook of OutsidePyTorch that costs 5x. So what a launch runs of the learner's
             # is read instead (the kernel, the @jit functions it calls, a grid function), and the hook is
             # paused for the launch: every name they use must be Triton's, numbers, tensors or math.
+            guard.launches += 1
             problems = _launch_problems(self_)
             if problems:
                 msg = (f"your kernel {problems[0]}: inside a kernel, compute with Triton (tl.*) only; NumPy, a "

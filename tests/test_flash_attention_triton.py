@@ -143,6 +143,40 @@ def test_triton_mode_still_refuses_shortcuts(launcher, message):
         guarded(launcher, X)
 
 
+@triton.jit
+def _nothing_kernel(X):
+    pass
+
+
+def torch_row_sums(x):                          # the work in PyTorch, around no launch at all
+    return (x * torch.ones_like(x)).sum(1)
+
+
+def torch_with_an_idle_launch(x):               # ... and around a kernel that does nothing
+    _nothing_kernel[(1,)](x)
+    prods = x.unsqueeze(0) * x.unsqueeze(1)     # (R, R, C): work per pair of rows, as a score tile would be
+    return prods.sum((1, 2)) * 0 + x.sum(1)
+
+
+def test_with_a_work_budget_the_kernels_must_do_the_work():
+    """Lesson 16: the work is the kernels'. A call that launches nothing, or computes more than its budget with
+    PyTorch around an idle launch, is refused; an honest launcher (an allocation, one launch) passes, and what
+    Triton's interpreter copies in and out of a launch does not count (red team, fourth round: plain PyTorch
+    launchers around the released stubs got 30/30)."""
+    names = NAMES + (forbidden.TRITON,)
+    budget = 8 * X.numel()
+    with checks.forbid(row_sums, *names, why="compute in your kernels", work=budget):
+        assert torch.allclose(row_sums(X), X.sum(1), atol=1e-5)
+    with pytest.raises(AssertionError, match="launched no Triton kernel"):
+        with checks.forbid(torch_row_sums, *names, why="compute in your kernels", work=budget):
+            torch_row_sums(X)
+    with pytest.raises(AssertionError, match=r"computed \d+ values with PyTorch outside your Triton kernels"):
+        with checks.forbid(torch_with_an_idle_launch, *names, why="compute in your kernels", work=budget):
+            torch_with_an_idle_launch(X)
+    with checks.forbid(torch_row_sums, *names, why="compute in your kernels"):     # no budget: as before
+        torch_row_sums(X)
+
+
 def test_a_kernel_block_above_the_limit_is_refused():
     with pytest.raises(AssertionError, match=r"block of shape \(64, 16\)"):
         guarded(lambda x: row_sums(x, _big_block_kernel, BIG=64), X, limit=40 * 16 // 2)

@@ -551,7 +551,10 @@ def test_a_timeout_names_the_learners_function_it_ran_in(tmp_path, judge_scratch
              ("m = make(4321)\nm(torch.ones(1))", None),           # a name made from the test's input: not shown
              # inside a check of forbidden calls, whose own closing request runs out of time after the call did
              ("from course import checks\nwith checks.forbid(f, 'softmax', why='write it'):\n    f(torch.ones(1))",
-              "while your f was running")]
+              "while your f was running"),
+             # a check of Triton kernels (lesson 16): a store without its mask can hang the interpreter too
+             ("from course import checks, forbidden\nwith checks.forbid(f, 'softmax', forbidden.TRITON, why='write it'):\n"
+              "    f(torch.ones(1))", "while your f was running")]
     for i, (test, said) in enumerate(cases):
         (tmp_path / str(i)).mkdir()
         source, sub = _lesson(tmp_path / str(i), solution, test, "x = 1")
@@ -562,6 +565,7 @@ def test_a_timeout_names_the_learners_function_it_ran_in(tmp_path, judge_scratch
             assert said in cell["message"] and "never end" in cell["message"], cell
         else:
             assert "while your" not in cell["message"], cell
+        assert ("tl.store that reaches past its tensor" in cell["message"]) == ("TRITON" in test), cell
 
 
 def test_a_learners_own_classes_and_functions_pickle_as_in_jupyter(tmp_path, judge_scratch):

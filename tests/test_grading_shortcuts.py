@@ -164,6 +164,21 @@ _sm = torch.nn.Softmax
 def softmax(x, dim=-1):
     return _sm(dim=dim)(x)
 ''',
+    # softmax kernels under other names (red team, fourth round): each scored 13/13 before kernel families
+    "masked-softmax": '''
+def softmax(x, dim=-1):
+    return torch._masked_softmax(x, torch.zeros_like(x, dtype=torch.bool), dim)
+''',
+    "fused-cpu-attention": '''
+def softmax(x, dim=-1):
+    x = x.movedim(dim, -1)
+    n = x.shape[-1]
+    rows = x.reshape(-1, n)
+    out = torch.stack([torch._scaled_dot_product_flash_attention_for_cpu(
+        torch.ones(1, 1, 1, 1, dtype=x.dtype), r.reshape(1, 1, n, 1), torch.eye(n, dtype=x.dtype).reshape(1, 1, n, n),
+        scale=1.0)[0].reshape(n) for r in rows])
+    return out.reshape(x.shape).movedim(-1, dim)
+''',
     # SciPy's softmax by a computed name: outside PyTorch, where no mode looks; the data may not leave it
     "scipy": '''
 def softmax(x, dim=-1):
@@ -460,6 +475,70 @@ def test_guard_catches_forbidden_kernels_whatever_the_name():
         assert _verdict(fn, "softmax", "log_softmax") == "passed", fn.__name__
 
 
+def test_guard_refuses_every_kernel_of_a_forbidden_family():
+    """PyTorch computes a softmax, a convolution or a whole encoder layer under many kernel names: a forbidden
+    name refuses its family, read from the dispatcher's own list (red team, fourth round: torch._masked_softmax,
+    the fused CPU attention kernel with one-hot values and the sparse softmax scored 13/13 on lesson 00,
+    F.conv3d and torch.convolution full marks for lesson 11's "no conv2d", the fused encoder-layer kernel 7 of
+    lesson 07's 10 block points). What the exercises allow still passes."""
+    import torch.nn as nn
+    import torch.nn.functional as F
+
+    from course import forbidden
+
+    def masked(x):
+        return torch._masked_softmax(x, torch.zeros_like(x, dtype=torch.bool), 1)
+
+    def fused_cpu(x):                  # attention with one query, the row as keys of size 1, one-hot values
+        rows = [torch._scaled_dot_product_flash_attention_for_cpu(
+            torch.ones(1, 1, 1, 1), r.reshape(1, 1, -1, 1), torch.eye(r.numel()).reshape(1, 1, r.numel(), -1),
+            scale=1.0)[0].reshape(-1) for r in x]
+        return torch.stack(rows)
+
+    def sparse(x):
+        fn = vars(torch.sparse)["soft" + "max"]
+        dense = torch.sparse_coo_tensor(torch.ones_like(x).nonzero().T, x.reshape(-1), x.shape)
+        return fn(dense, 1).to_dense()
+
+    for fn in (masked, fused_cpu, sparse):
+        assert "under another name" in _verdict(fn, "softmax", "log_softmax"), fn.__name__
+
+    img, w = torch.randn(2, 3, 8, 8), torch.randn(4, 3, 4, 4)
+
+    def conv3d(img):
+        return F.conv3d(img.unsqueeze(2), w.unsqueeze(2), stride=(1, 4, 4)).squeeze(2)
+
+    def convolution(img):
+        return torch.convolution(img, w, None, (4, 4), (0, 0), (1, 1), False, (0, 0), 1)
+
+    def unfold(img):                   # patches by unfold and a matrix product: allowed
+        return (w.reshape(4, -1) @ F.unfold(img, 4, stride=4)).reshape(2, 4, 2, 2)
+
+    for fn in (conv3d, convolution):
+        assert "aten::convolution" in _verdict(fn, "conv2d", args=(img,)), fn.__name__
+    assert _verdict(unfold, "conv2d", args=(img,)) == "passed"
+
+    layer = nn.TransformerEncoderLayer(8, 2, 16, batch_first=True).eval()
+    p = [t.detach() for t in layer.parameters()]
+    x = torch.randn(2, 5, 8)
+
+    def fused_layer(x):
+        return torch._transformer_encoder_layer_fwd(x, 8, 2, p[0], p[1], p[2], p[3], True, False, 1e-5, p[8], p[9],
+                                                    p[10], p[11], p[4], p[5], p[6], p[7], None)
+
+    mha = nn.MultiheadAttention(8, 2, batch_first=True).eval()
+
+    def own_block(x):                  # lesson 07 wires nn.MultiheadAttention itself (its fused fast path)
+        with torch.no_grad():
+            return mha(x, x, x, need_weights=False)[0] + x
+
+    assert "_transformer_encoder_layer_fwd" in _verdict(fused_layer, "TransformerEncoderLayer", args=(x,))
+    assert _verdict(own_block, "TransformerEncoderLayer", args=(x,)) == "passed"
+    assert {"_masked_softmax", "_sparse_softmax", "_scaled_dot_product_flash_attention_for_cpu"} <= \
+        forbidden.kernels_for(["softmax"])
+    assert not any("convert" in k or "upsample" in k for k in forbidden.kernels_for(["conv2d", "matmul"]))
+
+
 def test_guard_measures_the_largest_tensor_below_subclasses():
     from course import checks_12
 
@@ -487,8 +566,9 @@ def test_static_reading_flags_reaching_around_the_checks():
         nb = build_submission(L00, {"softmax": code})
         found = forbidden.tampering(nb, source) + forbidden.aliases(nb, forbidden.lesson_names(source), source)
         # these only the run-time check sees: a module the reading does not flag, a thread started before
-        # the check, data taken out to SciPy
-        assert bool(found) == (name not in ("asyncio-thread", "prewarmed-thread", "scipy")), name
+        # the check, data taken out to SciPy, a kernel of the softmax's family under its own name
+        assert bool(found) == (name not in ("asyncio-thread", "prewarmed-thread", "scipy", "masked-softmax",
+                                            "fused-cpu-attention")), name
     for name in HONEST_00:
         nb = build_submission(L00, load_planted(everything=True)[L00][name]["replace"])
         assert not forbidden.tampering(nb, source) and not forbidden.aliases(nb, {"softmax", "log_softmax"}, source), name

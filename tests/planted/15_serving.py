@@ -160,6 +160,11 @@ BONUS_FROM_Q = _ref("speculative_generate", ("y = torch.multinomial(p[n], 1, gen
 ACCEPTED_COUNTS_ROUNDS = _ref("speculative_generate", ("                accepted += 1\n", ""),
                               ("    while idx.shape[1] < end:\n", "    while idx.shape[1] < end:\n        accepted += 1\n"))
 
+# audit 4: `accepted` also counts the target's extra token after a round whose proposals were all kept
+ACCEPTED_COUNTS_BONUS = _ref("speculative_generate",
+                             ("                y = torch.multinomial(p[n], 1, generator=generator)\n",
+                              "                y = torch.multinomial(p[n], 1, generator=generator)\n                accepted += 1\n"))
+
 QUANT_TRUNC = _ref("quantize_kv", ("torch.round(x / safe)", "torch.trunc(x / safe)"))
 
 DEQUANT_FLOAT32 = """
@@ -579,6 +584,8 @@ VARIANTS = {
     "bonus_from_q": {"replace": {"speculative_generate": BONUS_FROM_Q}, "must_fail": ["test_speculative_generate_acceptance"]},
     "accepted_counts_rounds": {"replace": {"speculative_generate": ACCEPTED_COUNTS_ROUNDS},
                                "must_fail": ["test_speculative_generate_same_model"]},
+    "accepted_counts_bonus": {"replace": {"speculative_generate": ACCEPTED_COUNTS_BONUS},
+                              "must_fail": ["test_speculative_generate_same_model"]},
     "quantize_truncates": {"replace": {"quantize_kv": QUANT_TRUNC},
                            "must_fail": ["test_quantize_kv_per_vector", "test_quantize_kv_round_trip"]},
     "dequantize_always_float32": {"replace": {"dequantize_kv": DEQUANT_FLOAT32}, "must_fail": ["test_quantize_kv_shapes"]},
@@ -607,5 +614,5 @@ EXTENDED = ["positions_one_based", "never_evicts", "window_off_by_one", "evicts_
             "scale_over_128", "quantize_ignores_dim", "residual_reversed", "target_logits_off_by_one", "temperature_ignored",
             "global_rng", "recurrent_reads_before_update", "state_ignored", "parallel_not_normalised", "relu_features",
             "parallel_ignores_causal", "parallel_softmax_scaled", "no_break_after_reject", "bonus_from_q",
-            "accepted_counts_rounds", "quantize_truncates", "dequantize_always_float32",
+            "accepted_counts_rounds", "accepted_counts_bonus", "quantize_truncates", "dequantize_always_float32",
             "keys_and_positions_in_different_orders", "sinks_counted_in_the_window", "linear_eps_style"]

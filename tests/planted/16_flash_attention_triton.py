@@ -180,6 +180,82 @@ def flash_attention_forward(q, k, v, causal=False, block_m=16, block_n=16):
         m = m_new
     return acc / l, (m + l.log())[..., 0]
 '''}
+
+# -- the work in PyTorch around idle kernels (red team, fourth round) ------------------------------------
+PYTORCH_FORWARD_NO_MATMUL = '''
+def _tile_dot(a, b):
+    """(..., M, D) x (..., N, D) -> (..., M, N), without a matrix product."""
+    return (a.unsqueeze(-2) * b.unsqueeze(-3)).sum(-1)
+
+
+def _valid(i0, i1, j0, j1, causal):
+    rows, cols = torch.arange(i0, i1)[:, None], torch.arange(j0, j1)[None, :]
+    return cols <= rows if causal else torch.ones(i1 - i0, j1 - j0, dtype=torch.bool)
+
+
+def flash_attention_forward(q, k, v, causal=False, block_m=16, block_n=16):
+    B, H, T, Dh = q.shape
+    group = H // k.shape[1]
+    kk, vv = k.repeat_interleave(group, 1).float(), v.repeat_interleave(group, 1).float()
+    scale = 1.0 / math.sqrt(Dh)
+    out = torch.empty_like(q)
+    lse = torch.empty((B, H, T), dtype=torch.float32)
+    for i0 in range(0, T, block_m):
+        i1 = min(i0 + block_m, T)
+        qi = q[:, :, i0:i1].float()
+        m = torch.full((B, H, i1 - i0), float("-inf"))
+        l = torch.zeros(B, H, i1 - i0)
+        acc = torch.zeros(B, H, i1 - i0, Dh)
+        stop = i1 if causal else T
+        for j0 in range(0, stop, block_n):
+            j1 = min(j0 + block_n, stop)
+            ok = _valid(i0, i1, j0, j1, causal)
+            s = torch.where(ok, _tile_dot(qi, kk[:, :, j0:j1]) * scale, float("-inf"))
+            m_new = torch.maximum(m, s.amax(-1))
+            alpha = torch.exp(m - m_new)
+            p = torch.where(ok, torch.exp(s - m_new.unsqueeze(-1)), 0.0)
+            l = l * alpha + p.sum(-1)
+            pv = torch.where(ok.unsqueeze(-1), p.unsqueeze(-1) * vv[:, :, j0:j1].unsqueeze(-3), 0.0)
+            acc = acc * alpha.unsqueeze(-1) + pv.sum(-2)
+            m = m_new
+        out[:, :, i0:i1] = (acc / l.unsqueeze(-1)).to(q.dtype)
+        lse[:, :, i0:i1] = m + torch.log(l)
+    return out, lse
+'''
+
+PYTORCH_BACKWARD_NO_MATMUL = '''
+def flash_attention_backward(q, k, v, out, lse, dout, causal=False, block_m=16, block_n=16):
+    B, H, T, Dh = q.shape
+    Hkv = k.shape[1]
+    group = H // Hkv
+    kk, vv = k.repeat_interleave(group, 1).float(), v.repeat_interleave(group, 1).float()
+    qf, of, dof, lf = q.float(), out.float(), dout.float(), lse.float()
+    scale = 1.0 / math.sqrt(Dh)
+    dq = torch.zeros(B, H, T, Dh)
+    dk = torch.zeros(B, H, T, Dh)
+    dv = torch.zeros(B, H, T, Dh)
+    for i0 in range(0, T, block_m):
+        i1 = min(i0 + block_m, T)
+        qi, doi, li = qf[:, :, i0:i1], dof[:, :, i0:i1], lf[:, :, i0:i1]
+        di = (doi * of[:, :, i0:i1]).sum(-1)
+        stop = i1 if causal else T
+        for j0 in range(0, stop, block_n):
+            j1 = min(j0 + block_n, stop)
+            ok = _valid(i0, i1, j0, j1, causal)
+            kj, vj = kk[:, :, j0:j1], vv[:, :, j0:j1]
+            s = _tile_dot(qi, kj) * scale
+            p = torch.where(ok, torch.exp(s - li.unsqueeze(-1)), 0.0)
+            okx = ok.unsqueeze(-1)
+            dv[:, :, j0:j1] += torch.where(okx, p.unsqueeze(-1) * doi.unsqueeze(-2), 0.0).sum(-3)
+            dp = _tile_dot(doi, vj)
+            ds = torch.where(ok, p * (dp - di.unsqueeze(-1)), 0.0)
+            dq[:, :, i0:i1] += scale * torch.where(okx, ds.unsqueeze(-1) * kj.unsqueeze(-3), 0.0).sum(-2)
+            dk[:, :, j0:j1] += scale * torch.where(okx, ds.unsqueeze(-1) * qi.unsqueeze(-2), 0.0).sum(-3)
+    dk = dk.reshape(B, Hkv, group, T, Dh).sum(2)
+    dv = dv.reshape(B, Hkv, group, T, Dh).sum(2)
+    return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype)
+'''
+
 VARIANTS = {
     "running_max_at_zero": {"replace": RUNNING_MAX_AT_ZERO, "must_fail": ["test_forward_stable"]},
     "rescale_inverted": {"replace": RESCALE_INVERTED, "must_fail": ["test_forward_matches_sdpa"]},
@@ -207,7 +283,29 @@ VARIANTS = {
     "dq_stored_not_added": {"replace": DQ_STORED_NOT_ADDED, "must_fail": ["test_backward_matches_sdpa"]},
     "backward_not_causal": {"replace": BACKWARD_NOT_CAUSAL, "must_fail": ["test_flash_attention_autograd"]},
     "forward_in_pytorch": {"replace": FORWARD_IN_PYTORCH, "must_fail": ["test_forward_matches_sdpa", "test_forward_no_full_matrix"]},
+    # audit 4: the launcher does not make q, k and v contiguous (a transposed view is read as if it were)
+    "launcher_not_contiguous": {"replace": {"flash_attention_forward": derived(
+        LESSON, "flash_attention_forward",
+        ("    q, k, v = q.contiguous(), k.contiguous(), v.contiguous()      # the kernel's pointer arithmetic assumes it\n", ""))},
+        "must_fail": ["test_forward_matches_sdpa"]},
+    # audit 4: out always float32 and lse in q's dtype, the docstring's dtypes swapped (alike in float32)
+    "output_dtypes_swapped": {"replace": {"flash_attention_forward": derived(
+        LESSON, "flash_attention_forward",
+        ("out = torch.empty_like(q)", "out = torch.empty(q.shape, dtype=torch.float32, device=q.device)"),
+        ("lse = torch.empty((B, H, T), dtype=torch.float32, device=q.device)",
+         "lse = torch.empty((B, H, T), dtype=q.dtype, device=q.device)"))},
+        "must_fail": ["test_forward_shapes"]},
+    # red team 4: the released kernels left as stubs, both launchers in plain PyTorch with the score tiles as
+    # broadcast multiply-and-sum (no matrix product named): 30/30 before the kernels had to do the work
+    "launchers_in_pytorch_no_kernel": {"replace": {"flash_attention_forward": PYTORCH_FORWARD_NO_MATMUL,
+                                                   "flash_attention_backward": PYTORCH_BACKWARD_NO_MATMUL},
+                                       "must_fail": ["test_forward_shapes", "test_forward_matches_sdpa", "test_forward_lse",
+                                                     "test_forward_causal", "test_forward_gqa", "test_forward_no_full_matrix",
+                                                     "test_backward_shapes", "test_backward_matches_sdpa",
+                                                     "test_backward_causal", "test_backward_gqa",
+                                                     "test_backward_no_full_matrix", "test_flash_attention_autograd"]},
 }
 # make test grades two of the four correct styles (the whole bank: COURSE_PLANTED=all)
 EXTENDED = ["dq_by_atomics", "per_head_dkdv_then_sum", "causal_off_by_one", "no_scale_forward", "ragged_keys_unmasked", "one_tile_of_all_keys", "lse_wrong_row_backward",
-            "kv_head_modulo_backward", "d_missing", "dq_stored_not_added", "backward_not_causal", "forward_in_pytorch"]
+            "kv_head_modulo_backward", "d_missing", "dq_stored_not_added", "backward_not_causal", "forward_in_pytorch",
+            "launcher_not_contiguous", "output_dtypes_swapped", "launchers_in_pytorch_no_kernel"]

@@ -33,12 +33,12 @@ class _ForbidHook:
     def __init__(self, session_ref):
         self.session_ref = session_ref
 
-    def __call__(self, names, why, limit=None):
+    def __call__(self, names, why, limit=None, work=None):
 
         @contextlib.contextmanager
         def hook():
             s = self.session_ref()
-            s.forbid(names, why, limit)
+            s.forbid(names, why, limit, work)
             _, first = s.census()          # nothing but the function under test runs from here
             error = None
             try:
@@ -362,6 +362,7 @@ def run_test(session: Session, cell, context: dict, student_defs: dict, timeout:
         return {"passed": False, "message": _cap(_message(exc, timeout), 3000), "restart": "died"}
     session.hidden_lines = (filename, _hidden_block_lines(src))
     session.timed_out_in = None
+    session.ran_triton = False
     injected = []
     try:
         for name in free_names(src):
@@ -387,6 +388,7 @@ def run_test(session: Session, cell, context: dict, student_defs: dict, timeout:
                    f"stopped: does a loop in your {running} never end (a condition that never becomes false, a "
                    "counter never advanced), or is it very slow?" if running else _message(exc, timeout))
         message += _threads_hint(session) if exc.timeout else ""
+        message += _triton_hint(session)
     except BaseException as exc:  # noqa: BLE001 - any exception is a failed test
         if isinstance(exc, (KeyboardInterrupt, SystemExit)) and not isinstance(exc, SystemExit):
             raise
@@ -450,6 +452,17 @@ def fork_for_tests(session: Session, timeout: int) -> set:
     threads = getattr(session, "last_reply", {}).get("threads")      # the worker's word: a hint, nothing more
     session.fork_threads = threads if type(threads) is int and 0 < threads < 100_000 else 0
     return set(session.proxies)
+
+
+def _triton_hint(session) -> str:
+    """Why a test of Triton kernels may hang or crash besides a loop: the interpreter does not stop a load or a
+    store outside its tensor (a missing mask), which can overwrite the process's memory."""
+    if not getattr(session, "ran_triton", False):
+        return ""
+    return (" Your Triton kernels were running: under Triton's interpreter, a tl.load or tl.store that reaches past "
+            "its tensor (a missing mask, an offset computed past T or past the last head) is not stopped, and can "
+            "corrupt memory so that the process hangs or dies. Check that every load and store has the mask of its "
+            "rows (and keys) < T.")
 
 
 def _threads_hint(session) -> str:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from course import checks
+from course import checks, forbidden
 from course.grading import cgroups, sandbox
 from course.grading.judge.errors import WITHHELD, BUILTIN_ERRORS, ProcessLimit, WorkerGone, rebuild_error
 from course.grading.judge.remote import Remote, copy_back, mirror, trusted_class, TRUSTED_MODULES
@@ -391,10 +391,13 @@ class Session:
                 self.checked[hid] = self.checking[-1]
         return proxy
 
-    def forbid(self, names, why, limit=None) -> None:
+    def forbid(self, names, why, limit=None, work=None) -> None:
         """Start the check of forbidden calls in the worker (a test's ``checks.forbid`` block)."""
-        self.request("forbid", names=list(names), why=why, limit=None if limit is None else int(limit))
-        self.checking.append((tuple(names), why, limit))
+        self.request("forbid", names=list(names), why=why, limit=None if limit is None else int(limit),
+                     work=None if work is None else int(work))
+        self.checking.append((tuple(names), why, limit, work))
+        if forbidden.TRITON in names:          # the test runs the learner's Triton kernels (a hint if it hangs)
+            self.ran_triton = True
 
     def unforbid(self) -> list:
         """End it: what the worker saw violated meanwhile (sentences)."""
@@ -405,8 +408,8 @@ class Session:
 
     def _checked_again(self, hid, op, kw):
         """A request on an object made under the check, after its block ended: under the check again."""
-        names, why, limit = self.checked[hid]
-        self.forbid(names, why, limit)
+        names, why, limit, work = self.checked[hid]
+        self.forbid(names, why, limit, work)
         try:
             value = self.request(op, h=hid, **kw)
         finally:

@@ -46,7 +46,7 @@ class WorkerOp(str, Enum):
     REPR = "repr"
     ENTER = "enter"              # h: the learner's context manager's __enter__ -> its value
     LEAVE = "leave"              # h, error (a builtin exception's name, or None): its __exit__ -> suppressed?
-    FORBID = "forbid"            # names, why, limit: block those calls until UNFORBID
+    FORBID = "forbid"            # names, why, limit, work: block those calls until UNFORBID
     UNFORBID = "unforbid"        # -> the sentences of what was violated meanwhile
     TEST_BEGIN = "test-begin"    # fork: the test cells talk to the fork -> "forked" (answered by the fork)
     TEST_END = "test-end"        # the fork ends -> "ended"

@@ -154,9 +154,10 @@ class Worker:
                 "wire.tensors": ops.wire_module().__dict__.get("tensors"), "wire.Handle": ops.wire_module().__dict__.get("Handle"),
                 **{f"ops.{name}": ops.__dict__.get(name) for name in ops.WATCHED}}
 
-    def forbid(self, names, why, limit=None, pristine=None):
+    def forbid(self, names, why, limit=None, pristine=None, work=None):
         """Block the forbidden names (attribute patches) and, below them, every call of those functions
-        and of their ATen kernels, and any tensor above ``limit`` elements (:class:`course.forbidden.Guard`),
+        and of their ATen kernels, any tensor above ``limit`` elements and, with Triton, more than ``work``
+        values computed outside its launches (:class:`course.forbidden.Guard`),
         until :meth:`unforbid`. ``pristine``: the check's pieces as they were before any learner's code ran
         (:meth:`serve` holds them)."""
         from course import checks, forbidden
@@ -176,7 +177,7 @@ class Worker:
                 continue
         original = pristine if pristine is not None else (_PRISTINE or {})
         cls = original.get("course.forbidden.Guard") or forbidden.Guard
-        guard = cls(names, why, None if limit is None else int(limit))
+        guard = cls(names, why, None if limit is None else int(limit), None if work is None else int(work))
         (original.get("course.forbidden.Guard.__enter__") or cls.__enter__)(guard)
         self.forbidden.append((saved, guard))
 
@@ -250,7 +251,7 @@ class Worker:
                 return {"ok": True, "missing": True}
             return self.answer(self.ns[name])
         if op == WorkerOp.FORBID:
-            self.forbid(req["names"], req["why"], req.get("limit"))
+            self.forbid(req["names"], req["why"], req.get("limit"), work=req.get("work"))
             return {"ok": True, "value": None}
         if op == WorkerOp.UNFORBID:
             return {"ok": True, "value": self.unforbid()}
@@ -434,7 +435,7 @@ class Worker:
             try:
                 op = req.get("op") if isinstance(req, dict) else None
                 if op == WorkerOp.FORBID:
-                    forbid(self, req["names"], req["why"], req.get("limit"), pristine=dict(snapshot))
+                    forbid(self, req["names"], req["why"], req.get("limit"), pristine=dict(snapshot), work=req.get("work"))
                     reply = {"ok": True, "value": None}
                 elif op == WorkerOp.UNFORBID:
                     found = unforbid(self, pristine=dict(snapshot), integrity=integrity, codes=dict(codes))
