@@ -440,3 +440,295 @@ def linear_attention_recurrent(q, k, v, state=None, return_state=False):
         "must_fail": [],
     },
 }
+
+
+# -- correct styles from a careful grader's audit (who read the hidden tests: not blind) --------------------------
+# Each replaces the named cells of the reference; graded at full marks on seeds 0-2 (course grade).
+VARIANTS.update({
+    "audit_ring_buffer_planted": {
+        "blind": False,
+        "style": ('---------------------------------------------------------------- correct alternatives the planted '
+                  'ring buffer (tests/planted/15_serving.py RING_BUFFER), alone: positions in ring order'),
+        "replace": {
+            'SlidingWindowCache': '''
+class SlidingWindowCache:
+    """A ring buffer of `window` slots written at n_seen % window, and the sinks apart (in ring order)."""
+
+    def __init__(self, window, n_sinks=0):
+        self.window = window
+        self.n_sinks = n_sinks
+        self.sink_k = self.sink_v = None
+        self.ring_k = self.ring_v = None
+        self.ring_pos = torch.full((window,), -1, dtype=torch.long)
+        self.n_seen = 0
+
+    def append(self, k, v):
+        for i in range(k.shape[2]):
+            kt, vt = k[:, :, i:i + 1], v[:, :, i:i + 1]
+            p = self.n_seen
+            self.n_seen += 1
+            if p < self.n_sinks:
+                self.sink_k = kt if self.sink_k is None else torch.cat([self.sink_k, kt], dim=2)
+                self.sink_v = vt if self.sink_v is None else torch.cat([self.sink_v, vt], dim=2)
+            if self.ring_k is None:
+                B, H, _, Dh = k.shape
+                self.ring_k = k.new_zeros(B, H, self.window, Dh)
+                self.ring_v = v.new_zeros(B, H, self.window, v.shape[-1])
+            slot = p % self.window
+            self.ring_k[:, :, slot] = kt[:, :, 0]
+            self.ring_v[:, :, slot] = vt[:, :, 0]
+            self.ring_pos[slot] = p
+
+    def _live(self):
+        # ring slots in use that are not also sinks (a sink still in the window is kept once)
+        return (self.ring_pos >= self.n_sinks).nonzero().flatten()
+
+    def keys(self):
+        live = self._live()
+        parts = ([] if self.sink_k is None else [self.sink_k]) + [self.ring_k[:, :, live]]
+        return torch.cat(parts, dim=2)
+
+    def values(self):
+        live = self._live()
+        parts = ([] if self.sink_v is None else [self.sink_v]) + [self.ring_v[:, :, live]]
+        return torch.cat(parts, dim=2)
+
+    def positions(self):
+        n_s = min(self.n_sinks, self.n_seen)
+        return torch.cat([torch.arange(n_s), self.ring_pos[self._live()]])
+''',
+        },
+        "must_fail": [],
+    },
+    "audit_ring_buffer_slot_order": {
+        "blind": False,
+        "style": ('a ring buffer whose entries are returned in slot order, chunk writes vectorised'),
+        "replace": {
+            'SlidingWindowCache': '''
+class SlidingWindowCache:
+    """Sinks in a list; the window in fixed tensors of `window` slots written at position % window."""
+
+    def __init__(self, window, n_sinks=0):
+        self.window = window
+        self.n_sinks = n_sinks
+        self.sinks = []                                   # (key, value) of positions 0 .. n_sinks - 1
+        self.rk = self.rv = None
+        self.rpos = torch.full((window,), -1, dtype=torch.long)
+        self.n_seen = 0
+
+    def append(self, k, v):
+        t = k.shape[2]
+        pos = torch.arange(self.n_seen, self.n_seen + t)
+        self.n_seen += t
+        for i in range(t):
+            if int(pos[i]) < self.n_sinks:
+                self.sinks.append((k[:, :, i:i + 1], v[:, :, i:i + 1]))
+        if self.rk is None:
+            self.rk = k.new_zeros(*k.shape[:2], self.window, k.shape[3])
+            self.rv = v.new_zeros(*v.shape[:2], self.window, v.shape[3])
+        last = slice(max(0, t - self.window), t)          # only the last `window` of the chunk can stay
+        slots = pos[last] % self.window
+        self.rk[:, :, slots] = k[:, :, last]
+        self.rv[:, :, slots] = v[:, :, last]
+        self.rpos[slots] = pos[last]
+
+    def _ring(self):
+        return ((self.rpos >= 0) & (self.rpos >= self.n_sinks)).nonzero().flatten()
+
+    def keys(self):
+        return torch.cat([s[0] for s in self.sinks] + [self.rk[:, :, self._ring()]], dim=2)
+
+    def values(self):
+        return torch.cat([s[1] for s in self.sinks] + [self.rv[:, :, self._ring()]], dim=2)
+
+    def positions(self):
+        return torch.cat([torch.arange(len(self.sinks)), self.rpos[self._ring()]])
+''',
+        },
+        "must_fail": [],
+    },
+    "audit_quant_clamp_eps": {
+        "blind": False,
+        "style": ('scale clamped away from zero instead of a guarded division'),
+        "replace": {
+            'quantize_kv': '''
+def quantize_kv(x, dim=-1):
+    amax = x.abs().amax(dim=dim, keepdim=True)
+    scale = amax / 127
+    q = (x / scale.clamp(min=torch.finfo(x.dtype).tiny)).round().clamp(-127, 127).to(torch.int8)
+    return q, scale
+''',
+        },
+        "must_fail": [],
+    },
+    "audit_quant_float64": {
+        "blind": False,
+        "style": ("quantisation computed in float64, the scale handed back in x's dtype"),
+        "replace": {
+            'quantize_kv': '''
+def quantize_kv(x, dim=-1):
+    xd = x.double()
+    scale = xd.abs().amax(dim=dim, keepdim=True) / 127
+    q = torch.where(scale > 0, xd / torch.where(scale > 0, scale, 1.0), 0.0).round().clamp(-127, 127).to(torch.int8)
+    return q, scale.to(x.dtype)
+''',
+            'dequantize_kv': '''
+def dequantize_kv(q, scale):
+    return (q.double() * scale.double()).to(scale.dtype)
+''',
+        },
+        "must_fail": [],
+    },
+    "audit_spec_ratio_without_min": {
+        "blind": False,
+        "style": ('accept with u < p/q (no min: u < 1 anyway), residual left unnormalised (multinomial normalises)'),
+        "replace": {
+            'speculative_generate': '''
+def speculative_generate(target, draft, idx, max_new_tokens, k=4, temperature=1.0, generator=None):
+    """Sample from ``target`` with proposals from ``draft``: the tokens follow the target's own distribution exactly.
+
+    Each round the draft proposes n = min(k, tokens still to write) tokens one at a time (from
+    q = softmax(draft logits / temperature)); ONE target pass scores them all and gives the distribution of
+    the token after them (p = softmax(target logits / temperature), n + 1 rows, the logits at position t
+    scoring the token at t + 1): one target call per round; proposal x is kept with probability
+    min(1, p(x) / q(x)), in order; at the first rejection the token is drawn from
+    normalise(max(0, p - q)) and the round ends; if all n were kept and tokens remain, one more is drawn
+    from the target's distribution after them.
+
+    Args:
+        target, draft: models mapping ids (1, T) to logits (1, T, V).
+        idx: (1, T0) the prompt.
+        max_new_tokens: how many tokens to add.
+        k: how many tokens the draft proposes per round (at most).
+        temperature: > 0; divides the logits of both models.
+        generator: the torch.Generator of every random draw.
+
+    Returns:
+        (tokens, accepted): tokens (1, T0 + max_new_tokens) LongTensor, the prompt followed by the new
+        tokens; accepted an int, how many of the new tokens are kept draft proposals.
+    """
+    accepted = 0
+    end = idx.shape[1] + max_new_tokens
+    while idx.shape[1] < end:
+        T0 = idx.shape[1]
+        n = min(k, end - T0)
+        ids, qs = idx, []
+        for _ in range(n):                                             # 1. the draft proposes, one token at a time
+            q = torch.softmax(draft(ids)[0, -1] / temperature, dim=-1)             # (V,)
+            x = torch.multinomial(q, 1, generator=generator)                        # (1,)
+            ids = torch.cat([ids, x[None]], dim=1)
+            qs.append(q)
+        # 2. one target pass: logits at T0 - 1 + i score proposal i; the last row scores the token after them
+        p = torch.softmax(target(ids)[0, T0 - 1:] / temperature, dim=-1)           # (n + 1, V)
+        for i in range(n):                                             # 3. accept or resample, in order
+            x = ids[0, T0 + i]
+            if torch.rand((), generator=generator) < p[i, x] / qs[i][x]:
+                idx = ids[:, :T0 + i + 1]
+                accepted += 1
+                continue
+            residual = torch.clamp(p[i] - qs[i], min=0.0)
+            y = torch.multinomial(residual, 1, generator=generator)
+            idx = torch.cat([ids[:, :T0 + i], y[None]], dim=1)
+            break
+        else:                                                          # 4. all kept: a free token from p_{n+1}
+            if idx.shape[1] < end:
+                y = torch.multinomial(p[n], 1, generator=generator)
+                idx = torch.cat([idx, y[None]], dim=1)
+    return idx, accepted
+''',
+        },
+        "must_fail": [],
+    },
+    "audit_spec_log_space": {
+        "blind": False,
+        "style": ('the test in log space: log u < log p - log q'),
+        "replace": {
+            'speculative_generate': '''
+def speculative_generate(target, draft, idx, max_new_tokens, k=4, temperature=1.0, generator=None):
+    """Sample from ``target`` with proposals from ``draft``: the tokens follow the target's own distribution exactly.
+
+    Each round the draft proposes n = min(k, tokens still to write) tokens one at a time (from
+    q = softmax(draft logits / temperature)); ONE target pass scores them all and gives the distribution of
+    the token after them (p = softmax(target logits / temperature), n + 1 rows, the logits at position t
+    scoring the token at t + 1): one target call per round; proposal x is kept with probability
+    min(1, p(x) / q(x)), in order; at the first rejection the token is drawn from
+    normalise(max(0, p - q)) and the round ends; if all n were kept and tokens remain, one more is drawn
+    from the target's distribution after them.
+
+    Args:
+        target, draft: models mapping ids (1, T) to logits (1, T, V).
+        idx: (1, T0) the prompt.
+        max_new_tokens: how many tokens to add.
+        k: how many tokens the draft proposes per round (at most).
+        temperature: > 0; divides the logits of both models.
+        generator: the torch.Generator of every random draw.
+
+    Returns:
+        (tokens, accepted): tokens (1, T0 + max_new_tokens) LongTensor, the prompt followed by the new
+        tokens; accepted an int, how many of the new tokens are kept draft proposals.
+    """
+    accepted = 0
+    end = idx.shape[1] + max_new_tokens
+    while idx.shape[1] < end:
+        T0 = idx.shape[1]
+        n = min(k, end - T0)
+        ids, qs = idx, []
+        for _ in range(n):                                             # 1. the draft proposes, one token at a time
+            q = torch.softmax(draft(ids)[0, -1] / temperature, dim=-1)             # (V,)
+            x = torch.multinomial(q, 1, generator=generator)                        # (1,)
+            ids = torch.cat([ids, x[None]], dim=1)
+            qs.append(q)
+        # 2. one target pass: logits at T0 - 1 + i score proposal i; the last row scores the token after them
+        p = torch.softmax(target(ids)[0, T0 - 1:] / temperature, dim=-1)           # (n + 1, V)
+        for i in range(n):                                             # 3. accept or resample, in order
+            x = ids[0, T0 + i]
+            if torch.log(torch.rand((), generator=generator)) < torch.log(p[i, x]) - torch.log(qs[i][x]):
+                idx = ids[:, :T0 + i + 1]
+                accepted += 1
+                continue
+            residual = torch.clamp(p[i] - qs[i], min=0.0)
+            y = torch.multinomial(residual / residual.sum(), 1, generator=generator)
+            idx = torch.cat([ids[:, :T0 + i], y[None]], dim=1)
+            break
+        else:                                                          # 4. all kept: a free token from p_{n+1}
+            if idx.shape[1] < end:
+                y = torch.multinomial(p[n], 1, generator=generator)
+                idx = torch.cat([idx, y[None]], dim=1)
+    return idx, accepted
+''',
+        },
+        "must_fail": [],
+    },
+    "audit_linear_float64": {
+        "blind": False,
+        "style": ('linear attention in float64, both forms, cast back; the causal mask by masked_fill'),
+        "replace": {
+            'linear_attention': '''
+def linear_attention(q, k, v, causal=True):
+    fq, fk, vd = F.elu(q.double()) + 1, F.elu(k.double()) + 1, v.double()
+    sim = torch.einsum("...id,...jd->...ij", fq, fk)
+    if causal:
+        T = q.shape[-2]
+        sim = sim.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), 0.0)
+    return (torch.einsum("...ij,...je->...ie", sim, vd) / sim.sum(-1, keepdim=True)).to(v.dtype)
+''',
+            'linear_attention_recurrent': '''
+def linear_attention_recurrent(q, k, v, state=None, return_state=False):
+    fq, fk = F.elu(q.double()) + 1, F.elu(k.double()) + 1
+    if state is None:
+        S = torch.zeros(*q.shape[:-2], q.shape[-1], v.shape[-1], dtype=torch.float64)
+        z = torch.zeros(*q.shape[:-2], q.shape[-1], dtype=torch.float64)
+    else:
+        S, z = state[0].double(), state[1].double()
+    outs = []
+    for t in range(q.shape[-2]):
+        S = S + torch.einsum("...d,...e->...de", fk[..., t, :], v[..., t, :].double())
+        z = z + fk[..., t, :]
+        outs.append(torch.einsum("...d,...de->...e", fq[..., t, :], S) / (fq[..., t, :] * z).sum(-1, keepdim=True))
+    out = torch.stack(outs, -2).to(v.dtype)
+    return (out, (S.to(v.dtype), z.to(v.dtype))) if return_state else out
+''',
+        },
+        "must_fail": [],
+    },
+})

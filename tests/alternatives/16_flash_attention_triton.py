@@ -843,3 +843,741 @@ def attention_gradients(q, k, v, dout, causal=False, block_m=16, block_n=16):
         "must_fail": [],
     },
 }
+
+
+# -- correct styles from a careful grader's audit (who read the hidden tests: not blind) --------------------------
+# Each replaces the named cells of the reference; graded at full marks on seeds 0-2 (course grade).
+VARIANTS.update({
+    "audit_backward_default_tiles": {
+        "blind": False,
+        "style": ('the autograd Function ignores the tile sizes in backward but passes causal (default 16 x 16 tiles): '
+                  'the gradients do not depend on the tiles, so this is correct'),
+        "replace": {
+            'flash_attention': '''
+class FlashAttention(torch.autograd.Function):
+    """Attention whose forward and backward passes are your Triton kernels."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, causal, block_m, block_n):
+        """Run flash_attention_forward; save only q, k, v, the output and the log-sum-exp."""
+        out, lse = flash_attention_forward(q, k, v, causal, block_m, block_n)
+        ctx.save_for_backward(q, k, v, out, lse)
+        ctx.causal = causal
+        return out
+
+    @staticmethod
+    def backward(ctx, dout):
+        """Run flash_attention_backward; one gradient per input of forward (None for the settings)."""
+        q, k, v, out, lse = ctx.saved_tensors
+        dq, dk, dv = flash_attention_backward(q, k, v, out, lse, dout, ctx.causal)
+        return dq, dk, dv, None, None, None
+
+
+def flash_attention(q, k, v, causal=False, block_m=16, block_n=16):
+    """FlashAttention: equal to F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=True),
+    differentiable, computed by Triton kernels (q (B, H, T, Dh); k, v (B, Hkv, T, Dh))."""
+    return FlashAttention.apply(q, k, v, causal, block_m, block_n)
+
+
+def attention_gradients(q, k, v, dout, causal=False, block_m=16, block_n=16):
+    """Given (the tests call it): (dq, dk, dv) of flash_attention for the upstream gradient dout, by autograd."""
+    q, k, v = (x.detach().requires_grad_(True) for x in (q, k, v))
+    out = flash_attention(q, k, v, causal=causal, block_m=block_m, block_n=block_n)
+    return torch.autograd.grad(out, (q, k, v), dout)
+''',
+        },
+        "must_fail": [],
+    },
+    "audit_reverse_tiles_guarded": {
+        "blind": False,
+        "style": ('---------------------------------------------------------------- correct alternatives reversed key '
+                  'tiles with the fully-masked-first-tile case guarded (a finite reference max)'),
+        "replace": {
+            'flash_forward_kernel': '''
+@triton.jit
+def flash_forward_kernel(Q, K, V, O, LSE, T, H, GROUP, scale,
+                         CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, DH: tl.constexpr):
+    """FlashAttention's forward pass for BLOCK_M query rows of one (batch, head).
+
+    Launched on the grid (cdiv(T, BLOCK_M), B * H): program (i, b * H + h) computes output rows
+    i * BLOCK_M ... i * BLOCK_M + BLOCK_M - 1 of head h of batch element b.
+
+    Args:
+        Q, O: pointers to contiguous (B, H, T, DH) tensors: the queries, and the output to write.
+        K, V: pointers to contiguous (B, H // GROUP, T, DH) tensors: keys and values.
+        LSE: pointer to a contiguous float32 (B, H, T) tensor: write each row's log-sum-exp there,
+            log(sum_j exp(score_ij)) of its scaled scores (natural log).
+        T: the sequence length (any positive integer; the last tile is ragged).
+        H: the number of query heads; GROUP: query heads per key/value head (H // Hkv). Query head h
+            reads key/value head h // GROUP.
+        scale: 1 / sqrt(DH), applied to q k^T.
+        CAUSAL: if True, query i attends to keys j <= i only, and key tiles that lie wholly after the
+            tile's last query are skipped (never loaded).
+        BLOCK_M, BLOCK_N: tile sizes (powers of two, at least 16): queries per program, keys per step.
+        DH: the head size (a power of two, at least 16).
+    """
+    pid_m = tl.program_id(0)                       # which query tile
+    pid_bh = tl.program_id(1)                      # which (batch, head): b * H + h
+    b, h = pid_bh // H, pid_bh % H
+    kv = b * (H // GROUP) + h // GROUP             # its key/value head: GROUP query heads share one
+    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)     # (BLOCK_M,) query positions
+    cols = tl.arange(0, BLOCK_N)                       # (BLOCK_N,) key offsets within a tile
+    dims = tl.arange(0, DH)                            # (DH,)
+    q = tl.load(Q + pid_bh * T * DH + rows[:, None] * DH + dims[None, :], mask=rows[:, None] < T, other=0.0)
+    m = tl.full([BLOCK_M], float("-inf"), tl.float32)  # running max of each row's scores
+    l = tl.zeros([BLOCK_M], tl.float32)                # running sum of exp(score - m)
+    acc = tl.zeros([BLOCK_M, DH], tl.float32)          # running sum of exp(score - m) * v
+    end = T
+    if CAUSAL:
+        end = tl.minimum((pid_m + 1) * BLOCK_M, T)     # key tiles past the tile's last query: never visited
+    n_tiles = tl.cdiv(end, BLOCK_N)
+    for t in range(0, n_tiles):
+        start = (n_tiles - 1 - t) * BLOCK_N
+        keys = start + cols                                                  # (BLOCK_N,) key positions
+        kv_ptrs = kv * T * DH + keys[:, None] * DH + dims[None, :]           # (BLOCK_N, DH)
+        k = tl.load(K + kv_ptrs, mask=keys[:, None] < T, other=0.0)
+        v = tl.load(V + kv_ptrs, mask=keys[:, None] < T, other=0.0)
+        s = tl.dot(q, tl.trans(k)) * scale             # (BLOCK_M, DH) x (DH, BLOCK_N) -> (BLOCK_M, BLOCK_N)
+        allowed = keys[None, :] < T                    # the ragged last tile
+        if CAUSAL:
+            allowed = allowed & (keys[None, :] <= rows[:, None])
+        s = tl.where(allowed, s, float("-inf"))        # mask BEFORE the exponential: exp(-inf) = 0
+        m_new = tl.maximum(m, tl.max(s, 1))
+        m_ref = tl.where(m_new == float("-inf"), 0.0, m_new)      # a row with nothing seen yet
+        alpha = tl.exp(m - m_ref)
+        p = tl.exp(s - m_ref[:, None])                 # (BLOCK_M, BLOCK_N)
+        l = l * alpha + tl.sum(p, 1)
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)    # (BLOCK_M, BLOCK_N) x (BLOCK_N, DH)
+        m = m_new
+    out = acc / l[:, None]
+    tl.store(O + pid_bh * T * DH + rows[:, None] * DH + dims[None, :], out.to(O.dtype.element_ty),
+             mask=rows[:, None] < T)
+    tl.store(LSE + pid_bh * T + rows, m + tl.log(l), mask=rows < T)      # this row's log-sum-exp
+''',
+        },
+        "must_fail": [],
+    },
+    "audit_dkdv_square_tiles": {
+        "blind": False,
+        "style": ('dK/dV programs walk query tiles of BLOCK_N rows (square tiles), starting at their own first key'),
+        "replace": {
+            'flash_backward_dkdv_kernel': '''
+@triton.jit
+def flash_backward_dkdv_kernel(Q, K, V, DO, LSE, D, DK, DV, T, H, GROUP, scale,
+                               CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                               DH: tl.constexpr):
+    """dK and dV for BLOCK_N keys of one (batch, key/value head).
+
+    Launched on the grid (cdiv(T, BLOCK_N), B * Hkv). The program owns its keys' dK and dV: it loops
+    over the GROUP query heads that read this key/value head and over their query tiles, recomputes
+    each tile's weights from q, k and the saved log-sum-exp, and accumulates
+
+        dV += P^T dO,    dS = P * (dO V^T - D),    dK += scale * dS^T Q.
+
+    Args:
+        Q, DO: (B, H, T, DH) queries and the gradient of the output; K, V, DK, DV: (B, H // GROUP, T, DH).
+        LSE, D: float32 (B, H, T): the forward's log-sum-exp, and D = rowsum(dO * O).
+        T, H, GROUP, scale, CAUSAL, BLOCK_M, BLOCK_N, DH: as in flash_forward_kernel. With CAUSAL, query
+            tiles wholly before this key tile are skipped.
+    """
+    pid_n = tl.program_id(0)
+    pid_bkv = tl.program_id(1)                     # b * Hkv + kv
+    Hkv = H // GROUP
+    b, kv = pid_bkv // Hkv, pid_bkv % Hkv
+    keys = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    dims = tl.arange(0, DH)
+    kv_ptrs = pid_bkv * T * DH + keys[:, None] * DH + dims[None, :]      # (BLOCK_N, DH)
+    k = tl.load(K + kv_ptrs, mask=keys[:, None] < T, other=0.0)
+    v = tl.load(V + kv_ptrs, mask=keys[:, None] < T, other=0.0)
+    dk = tl.zeros([BLOCK_N, DH], tl.float32)
+    dv = tl.zeros([BLOCK_N, DH], tl.float32)
+    begin = 0
+    if CAUSAL:
+        begin = pid_n * BLOCK_N     # query tiles wholly before these keys: skipped
+    for g in range(0, GROUP):                              # every query head that reads this key/value head
+        bh = b * H + kv * GROUP + g
+        for start in range(begin, T, BLOCK_N):
+            rows = start + tl.arange(0, BLOCK_N)
+            q_ptrs = bh * T * DH + rows[:, None] * DH + dims[None, :]
+            q = tl.load(Q + q_ptrs, mask=rows[:, None] < T, other=0.0)
+            do = tl.load(DO + q_ptrs, mask=rows[:, None] < T, other=0.0)
+            lse = tl.load(LSE + bh * T + rows, mask=rows < T, other=0.0)
+            d = tl.load(D + bh * T + rows, mask=rows < T, other=0.0)
+            s = tl.dot(q, tl.trans(k)) * scale                             # (BLOCK_M, BLOCK_N)
+            allowed = (rows[:, None] < T) & (keys[None, :] < T)
+            if CAUSAL:
+                allowed = allowed & (keys[None, :] <= rows[:, None])
+            p = tl.exp(tl.where(allowed, s, float("-inf")) - lse[:, None])  # the weights, recomputed
+            dv += tl.dot(tl.trans(p).to(do.dtype), do)                     # (BLOCK_N, BLOCK_M) x (BLOCK_M, DH)
+            dp = tl.dot(do, tl.trans(v))                                   # (BLOCK_M, BLOCK_N)
+            ds = p * (dp - d[:, None])                                     # the gradient of the scores
+            dk += tl.dot(tl.trans(ds).to(q.dtype), q) * scale              # (BLOCK_N, BLOCK_M) x (BLOCK_M, DH)
+    tl.store(DK + kv_ptrs, dk.to(DK.dtype.element_ty), mask=keys[:, None] < T)
+    tl.store(DV + kv_ptrs, dv.to(DV.dtype.element_ty), mask=keys[:, None] < T)
+''',
+        },
+        "must_fail": [],
+    },
+    "audit_normalised_acc": {
+        "blind": False,
+        "style": ('FlashAttention-1 style: the accumulator kept normalised (divided by l at every tile)'),
+        "replace": {
+            'flash_forward_kernel': '''
+@triton.jit
+def flash_forward_kernel(Q, K, V, O, LSE, T, H, GROUP, scale,
+                         CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, DH: tl.constexpr):
+    """FlashAttention's forward pass for BLOCK_M query rows of one (batch, head).
+
+    Launched on the grid (cdiv(T, BLOCK_M), B * H): program (i, b * H + h) computes output rows
+    i * BLOCK_M ... i * BLOCK_M + BLOCK_M - 1 of head h of batch element b.
+
+    Args:
+        Q, O: pointers to contiguous (B, H, T, DH) tensors: the queries, and the output to write.
+        K, V: pointers to contiguous (B, H // GROUP, T, DH) tensors: keys and values.
+        LSE: pointer to a contiguous float32 (B, H, T) tensor: write each row's log-sum-exp there,
+            log(sum_j exp(score_ij)) of its scaled scores (natural log).
+        T: the sequence length (any positive integer; the last tile is ragged).
+        H: the number of query heads; GROUP: query heads per key/value head (H // Hkv). Query head h
+            reads key/value head h // GROUP.
+        scale: 1 / sqrt(DH), applied to q k^T.
+        CAUSAL: if True, query i attends to keys j <= i only, and key tiles that lie wholly after the
+            tile's last query are skipped (never loaded).
+        BLOCK_M, BLOCK_N: tile sizes (powers of two, at least 16): queries per program, keys per step.
+        DH: the head size (a power of two, at least 16).
+    """
+    pid_m = tl.program_id(0)                       # which query tile
+    pid_bh = tl.program_id(1)                      # which (batch, head): b * H + h
+    b, h = pid_bh // H, pid_bh % H
+    kv = b * (H // GROUP) + h // GROUP             # its key/value head: GROUP query heads share one
+    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)     # (BLOCK_M,) query positions
+    cols = tl.arange(0, BLOCK_N)                       # (BLOCK_N,) key offsets within a tile
+    dims = tl.arange(0, DH)                            # (DH,)
+    q = tl.load(Q + pid_bh * T * DH + rows[:, None] * DH + dims[None, :], mask=rows[:, None] < T, other=0.0)
+    m = tl.full([BLOCK_M], float("-inf"), tl.float32)  # running max of each row's scores
+    l = tl.zeros([BLOCK_M], tl.float32)                # running sum of exp(score - m)
+    acc = tl.zeros([BLOCK_M, DH], tl.float32)          # running sum of exp(score - m) * v
+    end = T
+    if CAUSAL:
+        end = tl.minimum((pid_m + 1) * BLOCK_M, T)     # key tiles past the tile's last query: never visited
+    for start in range(0, end, BLOCK_N):
+        keys = start + cols                                                  # (BLOCK_N,) key positions
+        kv_ptrs = kv * T * DH + keys[:, None] * DH + dims[None, :]           # (BLOCK_N, DH)
+        k = tl.load(K + kv_ptrs, mask=keys[:, None] < T, other=0.0)
+        v = tl.load(V + kv_ptrs, mask=keys[:, None] < T, other=0.0)
+        s = tl.dot(q, tl.trans(k)) * scale             # (BLOCK_M, DH) x (DH, BLOCK_N) -> (BLOCK_M, BLOCK_N)
+        allowed = keys[None, :] < T                    # the ragged last tile
+        if CAUSAL:
+            allowed = allowed & (keys[None, :] <= rows[:, None])
+        s = tl.where(allowed, s, float("-inf"))        # mask BEFORE the exponential: exp(-inf) = 0
+        m_new = tl.maximum(m, tl.max(s, 1))
+        alpha = tl.exp(m - m_new)                      # rescales what was summed under the old max
+        p = tl.exp(s - m_new[:, None])                 # (BLOCK_M, BLOCK_N)
+        l_new = l * alpha + tl.sum(p, 1)
+        acc = (acc * (l * alpha)[:, None] + tl.dot(p.to(v.dtype), v)) / l_new[:, None]   # normalised
+        l = l_new
+        m = m_new
+    out = acc
+    tl.store(O + pid_bh * T * DH + rows[:, None] * DH + dims[None, :], out.to(O.dtype.element_ty),
+             mask=rows[:, None] < T)
+    tl.store(LSE + pid_bh * T + rows, m + tl.log(l), mask=rows < T)      # this row's log-sum-exp
+''',
+        },
+        "must_fail": [],
+    },
+    "audit_scale_in_exponent": {
+        "blind": False,
+        "style": ('the scale folded into the exponent: the max is kept on raw scores'),
+        "replace": {
+            'flash_forward_kernel': '''
+@triton.jit
+def flash_forward_kernel(Q, K, V, O, LSE, T, H, GROUP, scale,
+                         CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, DH: tl.constexpr):
+    """FlashAttention's forward pass for BLOCK_M query rows of one (batch, head).
+
+    Launched on the grid (cdiv(T, BLOCK_M), B * H): program (i, b * H + h) computes output rows
+    i * BLOCK_M ... i * BLOCK_M + BLOCK_M - 1 of head h of batch element b.
+
+    Args:
+        Q, O: pointers to contiguous (B, H, T, DH) tensors: the queries, and the output to write.
+        K, V: pointers to contiguous (B, H // GROUP, T, DH) tensors: keys and values.
+        LSE: pointer to a contiguous float32 (B, H, T) tensor: write each row's log-sum-exp there,
+            log(sum_j exp(score_ij)) of its scaled scores (natural log).
+        T: the sequence length (any positive integer; the last tile is ragged).
+        H: the number of query heads; GROUP: query heads per key/value head (H // Hkv). Query head h
+            reads key/value head h // GROUP.
+        scale: 1 / sqrt(DH), applied to q k^T.
+        CAUSAL: if True, query i attends to keys j <= i only, and key tiles that lie wholly after the
+            tile's last query are skipped (never loaded).
+        BLOCK_M, BLOCK_N: tile sizes (powers of two, at least 16): queries per program, keys per step.
+        DH: the head size (a power of two, at least 16).
+    """
+    pid_m = tl.program_id(0)                       # which query tile
+    pid_bh = tl.program_id(1)                      # which (batch, head): b * H + h
+    b, h = pid_bh // H, pid_bh % H
+    kv = b * (H // GROUP) + h // GROUP             # its key/value head: GROUP query heads share one
+    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)     # (BLOCK_M,) query positions
+    cols = tl.arange(0, BLOCK_N)                       # (BLOCK_N,) key offsets within a tile
+    dims = tl.arange(0, DH)                            # (DH,)
+    q = tl.load(Q + pid_bh * T * DH + rows[:, None] * DH + dims[None, :], mask=rows[:, None] < T, other=0.0)
+    m = tl.full([BLOCK_M], float("-inf"), tl.float32)  # running max of each row's scores
+    l = tl.zeros([BLOCK_M], tl.float32)                # running sum of exp(score - m)
+    acc = tl.zeros([BLOCK_M, DH], tl.float32)          # running sum of exp(score - m) * v
+    end = T
+    if CAUSAL:
+        end = tl.minimum((pid_m + 1) * BLOCK_M, T)     # key tiles past the tile's last query: never visited
+    for start in range(0, end, BLOCK_N):
+        keys = start + cols                                                  # (BLOCK_N,) key positions
+        kv_ptrs = kv * T * DH + keys[:, None] * DH + dims[None, :]           # (BLOCK_N, DH)
+        k = tl.load(K + kv_ptrs, mask=keys[:, None] < T, other=0.0)
+        v = tl.load(V + kv_ptrs, mask=keys[:, None] < T, other=0.0)
+        s = tl.dot(q, tl.trans(k))                     # raw scores             # (BLOCK_M, DH) x (DH, BLOCK_N) -> (BLOCK_M, BLOCK_N)
+        allowed = keys[None, :] < T                    # the ragged last tile
+        if CAUSAL:
+            allowed = allowed & (keys[None, :] <= rows[:, None])
+        s = tl.where(allowed, s, float("-inf"))        # mask BEFORE the exponential: exp(-inf) = 0
+        m_new = tl.maximum(m, tl.max(s, 1))
+        alpha = tl.exp((m - m_new) * scale)                      # rescales what was summed under the old max
+        p = tl.exp((s - m_new[:, None]) * scale)                 # (BLOCK_M, BLOCK_N)
+        l = l * alpha + tl.sum(p, 1)
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)    # (BLOCK_M, BLOCK_N) x (BLOCK_N, DH)
+        m = m_new
+    out = acc / l[:, None]
+    tl.store(O + pid_bh * T * DH + rows[:, None] * DH + dims[None, :], out.to(O.dtype.element_ty),
+             mask=rows[:, None] < T)
+    tl.store(LSE + pid_bh * T + rows, m * scale + tl.log(l), mask=rows < T)      # this row's log-sum-exp
+''',
+        },
+        "must_fail": [],
+    },
+    "audit_broadcast_float64": {
+        "blind": False,
+        "style": ('no tl.dot: broadcast products summed over the head dimension, accumulated in float64'),
+        "replace": {
+            'flash_forward_kernel': '''
+@triton.jit
+def flash_forward_kernel(Q, K, V, O, LSE, T, H, GROUP, scale,
+                         CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, DH: tl.constexpr):
+    """FlashAttention's forward pass for BLOCK_M query rows of one (batch, head).
+
+    Launched on the grid (cdiv(T, BLOCK_M), B * H): program (i, b * H + h) computes output rows
+    i * BLOCK_M ... i * BLOCK_M + BLOCK_M - 1 of head h of batch element b.
+
+    Args:
+        Q, O: pointers to contiguous (B, H, T, DH) tensors: the queries, and the output to write.
+        K, V: pointers to contiguous (B, H // GROUP, T, DH) tensors: keys and values.
+        LSE: pointer to a contiguous float32 (B, H, T) tensor: write each row's log-sum-exp there,
+            log(sum_j exp(score_ij)) of its scaled scores (natural log).
+        T: the sequence length (any positive integer; the last tile is ragged).
+        H: the number of query heads; GROUP: query heads per key/value head (H // Hkv). Query head h
+            reads key/value head h // GROUP.
+        scale: 1 / sqrt(DH), applied to q k^T.
+        CAUSAL: if True, query i attends to keys j <= i only, and key tiles that lie wholly after the
+            tile's last query are skipped (never loaded).
+        BLOCK_M, BLOCK_N: tile sizes (powers of two, at least 16): queries per program, keys per step.
+        DH: the head size (a power of two, at least 16).
+    """
+    pid_m = tl.program_id(0)                       # which query tile
+    pid_bh = tl.program_id(1)                      # which (batch, head): b * H + h
+    b, h = pid_bh // H, pid_bh % H
+    kv = b * (H // GROUP) + h // GROUP             # its key/value head: GROUP query heads share one
+    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)     # (BLOCK_M,) query positions
+    cols = tl.arange(0, BLOCK_N)                       # (BLOCK_N,) key offsets within a tile
+    dims = tl.arange(0, DH)                            # (DH,)
+    q = tl.load(Q + pid_bh * T * DH + rows[:, None] * DH + dims[None, :], mask=rows[:, None] < T, other=0.0)
+    m = tl.full([BLOCK_M], float("-inf"), tl.float64)  # running max of each row's scores
+    l = tl.zeros([BLOCK_M], tl.float64)                # running sum of exp(score - m)
+    acc = tl.zeros([BLOCK_M, DH], tl.float64)          # running sum of exp(score - m) * v
+    end = T
+    if CAUSAL:
+        end = tl.minimum((pid_m + 1) * BLOCK_M, T)     # key tiles past the tile's last query: never visited
+    for start in range(0, end, BLOCK_N):
+        keys = start + cols                                                  # (BLOCK_N,) key positions
+        kv_ptrs = kv * T * DH + keys[:, None] * DH + dims[None, :]           # (BLOCK_N, DH)
+        k = tl.load(K + kv_ptrs, mask=keys[:, None] < T, other=0.0)
+        v = tl.load(V + kv_ptrs, mask=keys[:, None] < T, other=0.0)
+        s = tl.sum(q.to(tl.float64)[:, None, :] * k.to(tl.float64)[None, :, :], 2) * scale   # (BLOCK_M, BLOCK_N)
+        allowed = keys[None, :] < T                    # the ragged last tile
+        if CAUSAL:
+            allowed = allowed & (keys[None, :] <= rows[:, None])
+        s = tl.where(allowed, s, float("-inf"))        # mask BEFORE the exponential: exp(-inf) = 0
+        m_new = tl.maximum(m, tl.max(s, 1))
+        alpha = tl.exp(m - m_new)                      # rescales what was summed under the old max
+        p = tl.exp(s - m_new[:, None])                 # (BLOCK_M, BLOCK_N)
+        l = l * alpha + tl.sum(p, 1)
+        acc = acc * alpha[:, None] + tl.sum(p[:, :, None] * v.to(tl.float64)[None, :, :], 1)    # (BLOCK_M, BLOCK_N) x (BLOCK_N, DH)
+        m = m_new
+    out = acc / l[:, None]
+    tl.store(O + pid_bh * T * DH + rows[:, None] * DH + dims[None, :], out.to(O.dtype.element_ty),
+             mask=rows[:, None] < T)
+    tl.store(LSE + pid_bh * T + rows, (m + tl.log(l)).to(tl.float32), mask=rows < T)      # this row's log-sum-exp
+''',
+        },
+        "must_fail": [],
+    },
+    "audit_finite_neg_and_unclipped_end": {
+        "blind": False,
+        "style": ('finite "minus infinity" (-1e30) for the mask and the running max, the causal end not clipped to T'),
+        "replace": {
+            'flash_forward_kernel': '''
+@triton.jit
+def flash_forward_kernel(Q, K, V, O, LSE, T, H, GROUP, scale,
+                         CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, DH: tl.constexpr):
+    """FlashAttention's forward pass for BLOCK_M query rows of one (batch, head).
+
+    Launched on the grid (cdiv(T, BLOCK_M), B * H): program (i, b * H + h) computes output rows
+    i * BLOCK_M ... i * BLOCK_M + BLOCK_M - 1 of head h of batch element b.
+
+    Args:
+        Q, O: pointers to contiguous (B, H, T, DH) tensors: the queries, and the output to write.
+        K, V: pointers to contiguous (B, H // GROUP, T, DH) tensors: keys and values.
+        LSE: pointer to a contiguous float32 (B, H, T) tensor: write each row's log-sum-exp there,
+            log(sum_j exp(score_ij)) of its scaled scores (natural log).
+        T: the sequence length (any positive integer; the last tile is ragged).
+        H: the number of query heads; GROUP: query heads per key/value head (H // Hkv). Query head h
+            reads key/value head h // GROUP.
+        scale: 1 / sqrt(DH), applied to q k^T.
+        CAUSAL: if True, query i attends to keys j <= i only, and key tiles that lie wholly after the
+            tile's last query are skipped (never loaded).
+        BLOCK_M, BLOCK_N: tile sizes (powers of two, at least 16): queries per program, keys per step.
+        DH: the head size (a power of two, at least 16).
+    """
+    pid_m = tl.program_id(0)                       # which query tile
+    pid_bh = tl.program_id(1)                      # which (batch, head): b * H + h
+    b, h = pid_bh // H, pid_bh % H
+    kv = b * (H // GROUP) + h // GROUP             # its key/value head: GROUP query heads share one
+    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)     # (BLOCK_M,) query positions
+    cols = tl.arange(0, BLOCK_N)                       # (BLOCK_N,) key offsets within a tile
+    dims = tl.arange(0, DH)                            # (DH,)
+    q = tl.load(Q + pid_bh * T * DH + rows[:, None] * DH + dims[None, :], mask=rows[:, None] < T, other=0.0)
+    m = tl.full([BLOCK_M], -1.0e30, tl.float32)  # running max of each row's scores
+    l = tl.zeros([BLOCK_M], tl.float32)                # running sum of exp(score - m)
+    acc = tl.zeros([BLOCK_M, DH], tl.float32)          # running sum of exp(score - m) * v
+    end = T
+    if CAUSAL:
+        end = (pid_m + 1) * BLOCK_M     # key tiles past the tile's last query: never visited
+    for start in range(0, end, BLOCK_N):
+        keys = start + cols                                                  # (BLOCK_N,) key positions
+        kv_ptrs = kv * T * DH + keys[:, None] * DH + dims[None, :]           # (BLOCK_N, DH)
+        k = tl.load(K + kv_ptrs, mask=keys[:, None] < T, other=0.0)
+        v = tl.load(V + kv_ptrs, mask=keys[:, None] < T, other=0.0)
+        s = tl.dot(q, tl.trans(k)) * scale             # (BLOCK_M, DH) x (DH, BLOCK_N) -> (BLOCK_M, BLOCK_N)
+        allowed = keys[None, :] < T                    # the ragged last tile
+        if CAUSAL:
+            allowed = allowed & (keys[None, :] <= rows[:, None])
+        s = tl.where(allowed, s, -1.0e30)        # mask BEFORE the exponential: exp(-inf) = 0
+        m_new = tl.maximum(m, tl.max(s, 1))
+        alpha = tl.exp(m - m_new)                      # rescales what was summed under the old max
+        p = tl.where(allowed, tl.exp(s - m_new[:, None]), 0.0)
+        l = l * alpha + tl.sum(p, 1)
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)    # (BLOCK_M, BLOCK_N) x (BLOCK_N, DH)
+        m = m_new
+    out = acc / l[:, None]
+    tl.store(O + pid_bh * T * DH + rows[:, None] * DH + dims[None, :], out.to(O.dtype.element_ty),
+             mask=rows[:, None] < T)
+    tl.store(LSE + pid_bh * T + rows, m + tl.log(l), mask=rows < T)      # this row's log-sum-exp
+''',
+        },
+        "must_fail": [],
+    },
+    "audit_grid_swapped": {
+        "blind": False,
+        "style": ("the grid's axes swapped: (B * H, cdiv(T, BLOCK_M)), read in that order by the kernel"),
+        "replace": {
+            'flash_forward_kernel': '''
+@triton.jit
+def flash_forward_kernel(Q, K, V, O, LSE, T, H, GROUP, scale,
+                         CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, DH: tl.constexpr):
+    """FlashAttention's forward pass for BLOCK_M query rows of one (batch, head).
+
+    Launched on the grid (cdiv(T, BLOCK_M), B * H): program (i, b * H + h) computes output rows
+    i * BLOCK_M ... i * BLOCK_M + BLOCK_M - 1 of head h of batch element b.
+
+    Args:
+        Q, O: pointers to contiguous (B, H, T, DH) tensors: the queries, and the output to write.
+        K, V: pointers to contiguous (B, H // GROUP, T, DH) tensors: keys and values.
+        LSE: pointer to a contiguous float32 (B, H, T) tensor: write each row's log-sum-exp there,
+            log(sum_j exp(score_ij)) of its scaled scores (natural log).
+        T: the sequence length (any positive integer; the last tile is ragged).
+        H: the number of query heads; GROUP: query heads per key/value head (H // Hkv). Query head h
+            reads key/value head h // GROUP.
+        scale: 1 / sqrt(DH), applied to q k^T.
+        CAUSAL: if True, query i attends to keys j <= i only, and key tiles that lie wholly after the
+            tile's last query are skipped (never loaded).
+        BLOCK_M, BLOCK_N: tile sizes (powers of two, at least 16): queries per program, keys per step.
+        DH: the head size (a power of two, at least 16).
+    """
+    pid_bh = tl.program_id(0)
+    pid_m = tl.program_id(1)                      # which (batch, head): b * H + h
+    b, h = pid_bh // H, pid_bh % H
+    kv = b * (H // GROUP) + h // GROUP             # its key/value head: GROUP query heads share one
+    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)     # (BLOCK_M,) query positions
+    cols = tl.arange(0, BLOCK_N)                       # (BLOCK_N,) key offsets within a tile
+    dims = tl.arange(0, DH)                            # (DH,)
+    q = tl.load(Q + pid_bh * T * DH + rows[:, None] * DH + dims[None, :], mask=rows[:, None] < T, other=0.0)
+    m = tl.full([BLOCK_M], float("-inf"), tl.float32)  # running max of each row's scores
+    l = tl.zeros([BLOCK_M], tl.float32)                # running sum of exp(score - m)
+    acc = tl.zeros([BLOCK_M, DH], tl.float32)          # running sum of exp(score - m) * v
+    end = T
+    if CAUSAL:
+        end = tl.minimum((pid_m + 1) * BLOCK_M, T)     # key tiles past the tile's last query: never visited
+    for start in range(0, end, BLOCK_N):
+        keys = start + cols                                                  # (BLOCK_N,) key positions
+        kv_ptrs = kv * T * DH + keys[:, None] * DH + dims[None, :]           # (BLOCK_N, DH)
+        k = tl.load(K + kv_ptrs, mask=keys[:, None] < T, other=0.0)
+        v = tl.load(V + kv_ptrs, mask=keys[:, None] < T, other=0.0)
+        s = tl.dot(q, tl.trans(k)) * scale             # (BLOCK_M, DH) x (DH, BLOCK_N) -> (BLOCK_M, BLOCK_N)
+        allowed = keys[None, :] < T                    # the ragged last tile
+        if CAUSAL:
+            allowed = allowed & (keys[None, :] <= rows[:, None])
+        s = tl.where(allowed, s, float("-inf"))        # mask BEFORE the exponential: exp(-inf) = 0
+        m_new = tl.maximum(m, tl.max(s, 1))
+        alpha = tl.exp(m - m_new)                      # rescales what was summed under the old max
+        p = tl.exp(s - m_new[:, None])                 # (BLOCK_M, BLOCK_N)
+        l = l * alpha + tl.sum(p, 1)
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)    # (BLOCK_M, BLOCK_N) x (BLOCK_N, DH)
+        m = m_new
+    out = acc / l[:, None]
+    tl.store(O + pid_bh * T * DH + rows[:, None] * DH + dims[None, :], out.to(O.dtype.element_ty),
+             mask=rows[:, None] < T)
+    tl.store(LSE + pid_bh * T + rows, m + tl.log(l), mask=rows < T)      # this row's log-sum-exp
+''',
+            'flash_attention_forward': '''
+def flash_attention_forward(q, k, v, causal=False, block_m=16, block_n=16):
+    """Launch flash_forward_kernel: attention's output and each row's log-sum-exp.
+
+    Args:
+        q: queries, (B, H, T, Dh).
+        k, v: keys and values, (B, Hkv, T, Dh), with H a multiple of Hkv (grouped-query attention:
+            query head h reads key/value head h // (H // Hkv)).
+        causal: if True, query i attends to keys j <= i only.
+        block_m, block_n: the kernel's tile sizes (powers of two, at least 16).
+
+    Returns:
+        (out, lse): out (B, H, T, Dh) in q's dtype, equal to
+        ``F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=True)``; lse (B, H, T) in
+        float32, the natural log-sum-exp of each row's scaled scores (what the backward pass needs).
+    """
+    B, H, T, Dh = q.shape
+    Hkv = k.shape[1]
+    q, k, v = q.contiguous(), k.contiguous(), v.contiguous()      # the kernel's pointer arithmetic assumes it
+    out = torch.empty_like(q)
+    lse = torch.empty((B, H, T), dtype=torch.float32, device=q.device)
+    grid = (B * H, triton.cdiv(T, block_m))                       # a program per (query tile, batch * head)
+    flash_forward_kernel[grid](q, k, v, out, lse, T, H, H // Hkv, 1.0 / math.sqrt(Dh),
+                               CAUSAL=causal, BLOCK_M=block_m, BLOCK_N=block_n, DH=Dh)
+    return out, lse
+''',
+        },
+        "must_fail": [],
+    },
+    "audit_dkdv_unaligned_begin": {
+        "blind": False,
+        "style": ("dK/dV: the query tiles of the causal pass start exactly at the key tile's first key (not tile-"
+                  'aligned)'),
+        "replace": {
+            'flash_backward_dkdv_kernel': '''
+@triton.jit
+def flash_backward_dkdv_kernel(Q, K, V, DO, LSE, D, DK, DV, T, H, GROUP, scale,
+                               CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                               DH: tl.constexpr):
+    """dK and dV for BLOCK_N keys of one (batch, key/value head).
+
+    Launched on the grid (cdiv(T, BLOCK_N), B * Hkv). The program owns its keys' dK and dV: it loops
+    over the GROUP query heads that read this key/value head and over their query tiles, recomputes
+    each tile's weights from q, k and the saved log-sum-exp, and accumulates
+
+        dV += P^T dO,    dS = P * (dO V^T - D),    dK += scale * dS^T Q.
+
+    Args:
+        Q, DO: (B, H, T, DH) queries and the gradient of the output; K, V, DK, DV: (B, H // GROUP, T, DH).
+        LSE, D: float32 (B, H, T): the forward's log-sum-exp, and D = rowsum(dO * O).
+        T, H, GROUP, scale, CAUSAL, BLOCK_M, BLOCK_N, DH: as in flash_forward_kernel. With CAUSAL, query
+            tiles wholly before this key tile are skipped.
+    """
+    pid_n = tl.program_id(0)
+    pid_bkv = tl.program_id(1)                     # b * Hkv + kv
+    Hkv = H // GROUP
+    b, kv = pid_bkv // Hkv, pid_bkv % Hkv
+    keys = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    dims = tl.arange(0, DH)
+    kv_ptrs = pid_bkv * T * DH + keys[:, None] * DH + dims[None, :]      # (BLOCK_N, DH)
+    k = tl.load(K + kv_ptrs, mask=keys[:, None] < T, other=0.0)
+    v = tl.load(V + kv_ptrs, mask=keys[:, None] < T, other=0.0)
+    dk = tl.zeros([BLOCK_N, DH], tl.float32)
+    dv = tl.zeros([BLOCK_N, DH], tl.float32)
+    begin = 0
+    if CAUSAL:
+        begin = pid_n * BLOCK_N     # query tiles wholly before these keys: skipped
+    for g in range(0, GROUP):                              # every query head that reads this key/value head
+        bh = b * H + kv * GROUP + g
+        for start in range(begin, T, BLOCK_M):
+            rows = start + tl.arange(0, BLOCK_M)
+            q_ptrs = bh * T * DH + rows[:, None] * DH + dims[None, :]
+            q = tl.load(Q + q_ptrs, mask=rows[:, None] < T, other=0.0)
+            do = tl.load(DO + q_ptrs, mask=rows[:, None] < T, other=0.0)
+            lse = tl.load(LSE + bh * T + rows, mask=rows < T, other=0.0)
+            d = tl.load(D + bh * T + rows, mask=rows < T, other=0.0)
+            s = tl.dot(q, tl.trans(k)) * scale                             # (BLOCK_M, BLOCK_N)
+            allowed = (rows[:, None] < T) & (keys[None, :] < T)
+            if CAUSAL:
+                allowed = allowed & (keys[None, :] <= rows[:, None])
+            p = tl.exp(tl.where(allowed, s, float("-inf")) - lse[:, None])  # the weights, recomputed
+            dv += tl.dot(tl.trans(p).to(do.dtype), do)                     # (BLOCK_N, BLOCK_M) x (BLOCK_M, DH)
+            dp = tl.dot(do, tl.trans(v))                                   # (BLOCK_M, BLOCK_N)
+            ds = p * (dp - d[:, None])                                     # the gradient of the scores
+            dk += tl.dot(tl.trans(ds).to(q.dtype), q) * scale              # (BLOCK_N, BLOCK_M) x (BLOCK_M, DH)
+    tl.store(DK + kv_ptrs, dk.to(DK.dtype.element_ty), mask=keys[:, None] < T)
+    tl.store(DV + kv_ptrs, dv.to(DV.dtype.element_ty), mask=keys[:, None] < T)
+''',
+        },
+        "must_fail": [],
+    },
+    "audit_dkdv_atomics_per_head": {
+        "blind": False,
+        "style": ('dK/dV: a program per (key tile, query head), atomically adding its share into zeroed dK, dV'),
+        "replace": {
+            'flash_backward_dkdv_kernel': '''
+@triton.jit
+def flash_backward_dkdv_kernel(Q, K, V, DO, LSE, D, DK, DV, T, H, GROUP, scale,
+                               CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                               DH: tl.constexpr):
+    """dK and dV for BLOCK_N keys of one (batch, key/value head).
+
+    Launched on the grid (cdiv(T, BLOCK_N), B * Hkv). The program owns its keys' dK and dV: it loops
+    over the GROUP query heads that read this key/value head and over their query tiles, recomputes
+    each tile's weights from q, k and the saved log-sum-exp, and accumulates
+
+        dV += P^T dO,    dS = P * (dO V^T - D),    dK += scale * dS^T Q.
+
+    Args:
+        Q, DO: (B, H, T, DH) queries and the gradient of the output; K, V, DK, DV: (B, H // GROUP, T, DH).
+        LSE, D: float32 (B, H, T): the forward's log-sum-exp, and D = rowsum(dO * O).
+        T, H, GROUP, scale, CAUSAL, BLOCK_M, BLOCK_N, DH: as in flash_forward_kernel. With CAUSAL, query
+            tiles wholly before this key tile are skipped.
+    """
+    pid_n = tl.program_id(0)
+    pid_bh = tl.program_id(1)
+    Hkv = H // GROUP
+    b, h = pid_bh // H, pid_bh % H
+    kv = h // GROUP
+    pid_bkv = b * Hkv + kv
+    keys = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    dims = tl.arange(0, DH)
+    kv_ptrs = pid_bkv * T * DH + keys[:, None] * DH + dims[None, :]      # (BLOCK_N, DH)
+    k = tl.load(K + kv_ptrs, mask=keys[:, None] < T, other=0.0)
+    v = tl.load(V + kv_ptrs, mask=keys[:, None] < T, other=0.0)
+    dk = tl.zeros([BLOCK_N, DH], tl.float32)
+    dv = tl.zeros([BLOCK_N, DH], tl.float32)
+    begin = 0
+    if CAUSAL:
+        begin = (pid_n * BLOCK_N // BLOCK_M) * BLOCK_M     # query tiles wholly before these keys: skipped
+    for g in range(0, 1):                              # every query head that reads this key/value head
+        bh = pid_bh
+        for start in range(begin, T, BLOCK_M):
+            rows = start + tl.arange(0, BLOCK_M)
+            q_ptrs = bh * T * DH + rows[:, None] * DH + dims[None, :]
+            q = tl.load(Q + q_ptrs, mask=rows[:, None] < T, other=0.0)
+            do = tl.load(DO + q_ptrs, mask=rows[:, None] < T, other=0.0)
+            lse = tl.load(LSE + bh * T + rows, mask=rows < T, other=0.0)
+            d = tl.load(D + bh * T + rows, mask=rows < T, other=0.0)
+            s = tl.dot(q, tl.trans(k)) * scale                             # (BLOCK_M, BLOCK_N)
+            allowed = (rows[:, None] < T) & (keys[None, :] < T)
+            if CAUSAL:
+                allowed = allowed & (keys[None, :] <= rows[:, None])
+            p = tl.exp(tl.where(allowed, s, float("-inf")) - lse[:, None])  # the weights, recomputed
+            dv += tl.dot(tl.trans(p).to(do.dtype), do)                     # (BLOCK_N, BLOCK_M) x (BLOCK_M, DH)
+            dp = tl.dot(do, tl.trans(v))                                   # (BLOCK_M, BLOCK_N)
+            ds = p * (dp - d[:, None])                                     # the gradient of the scores
+            dk += tl.dot(tl.trans(ds).to(q.dtype), q) * scale              # (BLOCK_N, BLOCK_M) x (BLOCK_M, DH)
+    tl.atomic_add(DK + kv_ptrs, dk, mask=keys[:, None] < T)
+    tl.atomic_add(DV + kv_ptrs, dv, mask=keys[:, None] < T)
+''',
+            'flash_attention_backward': '''
+@triton.jit
+def flash_backward_d_kernel(O, DO, D, T, BLOCK_M: tl.constexpr, DH: tl.constexpr):
+    """Given: D = rowsum(dO * O) for BLOCK_M rows of one (batch, head)."""
+    pid_m = tl.program_id(0)
+    pid_bh = tl.program_id(1)
+    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    dims = tl.arange(0, DH)
+    ptrs = pid_bh * T * DH + rows[:, None] * DH + dims[None, :]
+    o = tl.load(O + ptrs, mask=rows[:, None] < T, other=0.0).to(tl.float32)
+    do = tl.load(DO + ptrs, mask=rows[:, None] < T, other=0.0).to(tl.float32)
+    tl.store(D + pid_bh * T + rows, tl.sum(o * do, 1), mask=rows < T)
+
+
+def flash_attention_backward(q, k, v, out, lse, dout, causal=False, block_m=16, block_n=16):
+    """Launch the backward kernels: the gradients of attention for q, k and v.
+
+    Args:
+        q, k, v, causal, block_m, block_n: as in flash_attention_forward.
+        out: the forward's output, (B, H, T, Dh); lse: its log-sum-exp, float32 (B, H, T).
+        dout: the gradient of the loss with respect to out, (B, H, T, Dh).
+
+    Returns:
+        (dq, dk, dv) with the shapes and dtypes of q, k and v: what autograd through
+        ``F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=True)`` gives for the
+        upstream gradient dout. dk and dv add up the contributions of every query head of the group.
+        No (T, T) tensor is made: the weights are recomputed tile by tile from q, k and lse.
+    """
+    B, H, T, Dh = q.shape
+    Hkv = k.shape[1]
+    q, k, v, out, dout = (x.contiguous() for x in (q, k, v, out, dout))
+    lse = lse.float().contiguous()
+    d = torch.empty((B, H, T), dtype=torch.float32, device=q.device)
+    flash_backward_d_kernel[(triton.cdiv(T, block_m), B * H)](out, dout, d, T, BLOCK_M=block_m, DH=Dh)
+    scale = 1.0 / math.sqrt(Dh)
+    dq = torch.empty_like(q)
+    dk = torch.zeros(k.shape, dtype=torch.float32, device=k.device)
+    dv = torch.zeros(v.shape, dtype=torch.float32, device=v.device)
+    flash_backward_dkdv_kernel[(triton.cdiv(T, block_n), B * H)](
+        q, k, v, dout, lse, d, dk, dv, T, H, H // Hkv, scale,
+        CAUSAL=causal, BLOCK_M=block_m, BLOCK_N=block_n, DH=Dh)
+    flash_backward_dq_kernel[(triton.cdiv(T, block_m), B * H)](
+        q, k, v, dout, lse, d, dq, T, H, H // Hkv, scale,
+        CAUSAL=causal, BLOCK_M=block_m, BLOCK_N=block_n, DH=Dh)
+    return dq, dk.to(k.dtype), dv.to(v.dtype)
+''',
+        },
+        "must_fail": [],
+    },
+    "audit_autograd_keywords": {
+        "blind": False,
+        "style": ('the Function saves the settings in a tuple on ctx and calls the launchers by keyword'),
+        "replace": {
+            'flash_attention': '''
+class FlashAttention(torch.autograd.Function):
+    """Attention whose forward and backward passes are your Triton kernels."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, causal, block_m, block_n):
+        """Run flash_attention_forward; save only q, k, v, the output and the log-sum-exp."""
+        out, lse = flash_attention_forward(q, k, v, causal=causal, block_m=block_m, block_n=block_n)
+        ctx.save_for_backward(q, k, v, out, lse)
+        ctx.settings = dict(causal=causal, block_m=block_m, block_n=block_n)
+        return out
+
+    @staticmethod
+    def backward(ctx, dout):
+        """Run flash_attention_backward; one gradient per input of forward (None for the settings)."""
+        q, k, v, out, lse = ctx.saved_tensors
+        dq, dk, dv = flash_attention_backward(q, k, v, out, lse, dout.contiguous(), **ctx.settings)
+        return dq, dk, dv, None, None, None
+
+
+def flash_attention(q, k, v, causal=False, block_m=16, block_n=16):
+    """FlashAttention: equal to F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=True),
+    differentiable, computed by Triton kernels (q (B, H, T, Dh); k, v (B, Hkv, T, Dh))."""
+    return FlashAttention.apply(q, k, v, causal, block_m, block_n)
+
+
+def attention_gradients(q, k, v, dout, causal=False, block_m=16, block_n=16):
+    """Given (the tests call it): (dq, dk, dv) of flash_attention for the upstream gradient dout, by autograd."""
+    q, k, v = (x.detach().requires_grad_(True) for x in (q, k, v))
+    out = flash_attention(q, k, v, causal=causal, block_m=block_m, block_n=block_n)
+    return torch.autograd.grad(out, (q, k, v), dout)
+''',
+        },
+        "must_fail": [],
+    },
+})
