@@ -363,7 +363,7 @@ def forbid(fn, *names: str, why: str, limit: int | None = None, work: int | None
             continue
     guard = forbidden.Guard(names, why, limit, work)
     # the learner's own softmax, or a size limit: the data must also stay in PyTorch (as under grading)
-    hook = forbidden.OutsidePyTorch(guard) if guard.closed else None
+    hook = forbidden.hook_for(guard)
     error = None
     try:
         with guard:

@@ -100,6 +100,19 @@ _FAMILIES = {
 }
 _ATEN: list = []          # every ATen kernel name this PyTorch registers (read once)
 
+# Names that are not PyTorch's: the Python modules whose code they run. While a check forbids one, no function
+# of those modules may run, whatever name or helper reached it (lesson 10: transformers' BERT, and the course's
+# own bridge to it, which its tests use as their oracle).
+_MODULES = {
+    **{name: ("transformers.models.bert",) for name in ("BertModel", "BertForPreTraining", "BertLayer", "BertEncoder")},
+    **{name: ("course.oracles.bert",) for name in ("to_hf_model", "to_hf_pretraining", "hf_forward", "hf_outputs")},
+}
+
+
+def modules_for(names) -> tuple[str, ...]:
+    """The Python modules (prefixes of ``__name__``) whose code these forbidden names run."""
+    return tuple(sorted({m for name in names for m in _MODULES.get(str(name), ())}))
+
 
 def _aten_names() -> frozenset[str]:
     if not _ATEN:
@@ -194,7 +207,32 @@ class _Kernels(TorchDispatchMode):
                     msg = _size_message(t.shape, t.numel(), f"aten::{name}", g.limit)
                     g.violations.append(msg)
                     raise AssertionError(msg)
+            if not g.triton and not getattr(func, "is_view", False):
+                _hold(g, out, name)
         return out
+
+
+def _hold(g, out, name: str) -> None:
+    """Count the storages ``out`` brings into the guard's ``held`` set (alive until PyTorch frees them: a storage's
+    Python object lives as long as the storage) and fail once they hold more than ``limit`` values together."""
+    import weakref
+
+    for t in pytree.tree_leaves(out):
+        if not isinstance(t, torch.Tensor) or t.is_meta or t.is_sparse:
+            continue
+        s = t.untyped_storage()
+        if id(s) not in g.held and s.nbytes():
+            g.held[id(s)] = (weakref.ref(s), s.nbytes() // max(1, t.element_size()))
+    for key in [k for k, (ref, _) in g.held.items() if ref() is None]:
+        del g.held[key]
+    total = sum(n for _, n in g.held.values())
+    if total > g.limit:
+        msg = (f"your code held {total} values at once in tensors it made (aten::{name} and the ones still alive "
+               f"before it): that is as much as the whole T_q x T_k matrix of scores, kept in pieces (the test allows "
+               f"at most {g.limit} at once). Keep only the running max, running sum and running output from one key/value "
+               "chunk to the next; each chunk's scores are dropped once they are added in.")
+        g.violations.append(msg)
+        raise AssertionError(msg)
 
 
 def _by_triton() -> bool:
@@ -258,6 +296,7 @@ class Guard:
         self.names = frozenset(str(n) for n in names)
         self.kernels = kernels_for(self.names)
         self.direct = kernels_for(self.names, families=False)     # what the names themselves reach
+        self.modules = modules_for(self.names)                     # Python modules whose code may not run
         self.why = why
         self.limit = None if limit is None else int(limit)
         # With TRITON: how many values PyTorch may compute outside Triton's launches (allocations, copies, the
@@ -265,6 +304,9 @@ class Guard:
         self.work = None if work is None else int(work)
         self.outside = 0
         self.launches = 0
+        # With a limit (and no Triton): the storages the call's kernels made that are still alive, {id: (weak
+        # reference, values)}: the whole matrix kept as many pieces (a list of every chunk's scores) is as large.
+        self.held: dict = {}
         self.violations: list[str] = []
         self._modes = (_Functions(self), _Kernels(self))
         self._tasks = None
@@ -519,6 +561,34 @@ _LEAVING = {"Tensor.numpy", "Tensor.__array__", "Tensor.__dlpack__", "Tensor.unt
 _TRITON_CODE, _PASSING_CODE, _LEARNER_CODE = 1, 2, 3      # who a frame's code belongs to (triton mode)
 
 
+class InModules:
+    """A ``sys.setprofile`` hook for one learner call under a :class:`Guard` with ``modules``: it records a violation
+    when a function of one of those modules runs, however the learner's code reached it (a helper in another cell,
+    an alias, a subclass of the forbidden class)."""
+
+    def __init__(self, guard: Guard):
+        self.guard = guard
+        self.seen = False
+
+    def __call__(self, frame, event, arg):
+        if self.seen or event != "call":
+            return
+        module = frame.f_globals.get("__name__", "") or ""
+        if module.startswith(self.guard.modules):
+            self.seen = True
+            self.guard.violations.append(
+                f"your code ran {module}.{frame.f_code.co_name} (through whatever name or helper reached it): this "
+                f"exercise asks you to {self.guard.why}.")
+
+
+def hook_for(guard: Guard):
+    """The profile hook a call under ``guard`` runs with, or None: the data must stay in PyTorch (a closed
+    guard), or the code of forbidden modules may not run."""
+    if guard.closed:
+        return OutsidePyTorch(guard)
+    return InModules(guard) if guard.modules else None
+
+
 class OutsidePyTorch:
     """A ``sys.setprofile`` hook for one learner call under a closed :class:`Guard`: it records a violation
     when the call takes a tensor's data out of PyTorch (``Tensor.numpy``, ``np.asarray``, DLPack, raw
@@ -556,6 +626,8 @@ class OutsidePyTorch:
 
     def __call__(self, frame, event, arg):
         if self.seen or event == "return" or event == "c_return":
+            return
+        if frame.f_code.co_filename == __file__:          # this check's own reading of storages (_hold)
             return
         if self.triton:
             # Under Triton's interpreter a kernel makes millions of calls: who is responsible for this one is

@@ -568,6 +568,37 @@ def test_a_timeout_names_the_learners_function_it_ran_in(tmp_path, judge_scratch
         assert ("tl.store that reaches past its tensor" in cell["message"]) == ("TRITON" in test), cell
 
 
+def test_native_code_a_notebook_writes_fails_the_checks_of_forbidden_calls(tmp_path, judge_scratch):
+    """Machine code a notebook compiles or writes into its scratch folders runs below the dispatcher (red team,
+    fifth round: a C++ extension calling at::cpu::_softmax scored 13/13 on lesson 00). The sandbox's PID 1 reads
+    the learner's processes' memory maps: an executable file from a writable folder (here Python's own
+    extension module, copied to /tmp and loaded from there) fails every check of forbidden calls and is
+    reported; the same honest function without it passes, and the next submission starts clean."""
+    import importlib
+
+    found = [m.__file__ for m in map(importlib.import_module, ("_bisect", "_json", "_random", "math", "_struct"))
+             if str(getattr(m, "__file__", "")).endswith(".so")]
+    if not found:
+        pytest.skip("this Python has its extension modules built in (no .so file to copy)")
+    name = os.path.basename(found[0]).split(".")[0]
+    load = (f"import importlib.util, os, shutil\nos.makedirs('/tmp/native', exist_ok=True)\n"
+            f"dst = shutil.copy({found[0]!r}, '/tmp/native/')\n"
+            f"spec = importlib.util.spec_from_file_location({name!r}, dst)\n"
+            "native = importlib.util.module_from_spec(spec)\nspec.loader.exec_module(native)\n")
+    honest = "def f(x):\n    e = torch.exp(x - x.max())\n    return e / e.sum()\n"
+    test = ("from course import checks\nwith checks.forbid(f, 'softmax', why='write the softmax yourself'):\n"
+            "    out = f(torch.ones(2))\nassert torch.allclose(out, torch.full((2,), 0.5))")
+    for i, (solution, passes) in enumerate([(load + honest, False), (honest, True)]):
+        (tmp_path / str(i)).mkdir()
+        source, sub = _lesson(tmp_path / str(i), solution, test)
+        result = _judge(judge_scratch, source, sub)
+        cell = result["cells"][0]
+        assert cell["passed"] is passes, cell
+        if not passes:
+            assert "runs native code it compiled or wrote itself (/tmp/native/" in cell["message"], cell
+            assert any("runs native code" in s for s in result["suspicious"]), result
+
+
 def test_a_learners_own_classes_and_functions_pickle_as_in_jupyter(tmp_path, judge_scratch):
     """Jupyter runs a notebook in ``__main__``: ``torch.save`` of a whole model whose class the notebook
     defines, or pickling one of its functions, works there, and so under grading."""

@@ -539,6 +539,27 @@ def test_guard_refuses_every_kernel_of_a_forbidden_family():
     assert not any("convert" in k or "upsample" in k for k in forbidden.kernels_for(["conv2d", "matmul"]))
 
 
+def test_guard_refuses_the_code_of_a_forbidden_module_however_it_is_reached():
+    """Lesson 10 forbids transformers' BERT and the course's bridge to it, names that are not PyTorch's: reading
+    the class's own source missed a helper defined in another cell that ran them (red team, fifth round: 27 of
+    28 points). While the check is on, no function of those modules may run, whatever reached it."""
+    import torch.nn as nn
+
+    from course.oracles import bert as bridge
+
+    reach = getattr(bridge, "_n_" + "layers")                 # a helper's alias, taken outside the function
+
+    def helper(x):
+        return x + reach({"bert.encoder.layer.0.attention.self.query.weight": x})
+
+    def honest(x):
+        return nn.functional.gelu(x) + 0
+
+    names = ("BertModel", "to_hf_pretraining", "hf_forward")
+    assert "course.oracles.bert._n_layers" in _verdict(helper, *names)
+    assert _verdict(honest, *names) == "passed"
+
+
 def test_guard_measures_the_largest_tensor_below_subclasses():
     from course import checks_12
 
@@ -556,6 +577,40 @@ def test_guard_measures_the_largest_tensor_below_subclasses():
         checks_12.run_chunked(naive, q, k, v, 32, limit=2 * 256 * 256 // 2)
     with pytest.raises(AssertionError, match="scaled_dot_product_attention"):
         checks_12.run_chunked(fused, q, k, v, 32)
+
+    # the whole matrix in pieces, none over the limit (red team, fifth round: 15/15 against 13/15): what the
+    # call's kernels made and still hold counts together
+    def listed(q, k, v, chunk_size, causal=False):
+        s = [q @ k[..., i:i + chunk_size, :].transpose(-2, -1) / q.shape[-1] ** 0.5 for i in range(0, k.shape[-2], chunk_size)]
+        m = torch.stack([c.amax(-1) for c in s], -1).amax(-1, keepdim=True)
+        e = [torch.exp(c - m) for c in s]
+        return sum(c @ v[..., i * chunk_size:(i + 1) * chunk_size, :] for i, c in enumerate(e)) / sum(c.sum(-1, keepdim=True) for c in e)
+
+    def halves(q, k, v, chunk_size, causal=False):
+        h = k.shape[-2] // 2
+        a, b = (q @ part.transpose(-2, -1) / q.shape[-1] ** 0.5 for part in (k[..., :h, :], k[..., h:, :]))
+        m = torch.maximum(a.amax(-1, keepdim=True), b.amax(-1, keepdim=True))
+        ea, eb = torch.exp(a - m), torch.exp(b - m)
+        return (ea @ v[..., :h, :] + eb @ v[..., h:, :]) / (ea.sum(-1, keepdim=True) + eb.sum(-1, keepdim=True))
+
+    def online(q, k, v, chunk_size, causal=False):
+        m = torch.full(q.shape[:-1] + (1,), float("-inf"))
+        l, acc = torch.zeros(q.shape[:-1] + (1,)), torch.zeros(q.shape[:-1] + (v.shape[-1],))
+        for i in range(0, k.shape[-2], chunk_size):
+            s = q @ k[..., i:i + chunk_size, :].transpose(-2, -1) / q.shape[-1] ** 0.5
+            m_new = torch.maximum(m, s.amax(-1, keepdim=True))
+            p = torch.exp(s - m_new)
+            l = l * torch.exp(m - m_new) + p.sum(-1, keepdim=True)
+            acc = acc * torch.exp(m - m_new) + p @ v[..., i:i + chunk_size, :]
+            m = m_new
+        return acc / l
+
+    q, k, v = checks_12.random_qkv(2, 1024, 8, seed=13)         # the lesson's own test: chunks of 1/32 of the keys
+    for fn in (listed, halves):
+        with pytest.raises(AssertionError, match="values at once in tensors it made"):
+            checks_12.run_chunked(fn, q, k, v, 32, limit=2 * 1024 * 1024 // 2)
+    out = checks_12.run_chunked(online, q, k, v, 32, limit=2 * 1024 * 1024 // 2)
+    assert torch.allclose(out, sdpa(q, k, v), atol=1e-5)
 
 
 def test_static_reading_flags_reaching_around_the_checks():

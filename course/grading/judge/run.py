@@ -51,6 +51,11 @@ class _ForbidHook:
                 called = [f"your code started a thread or a process while the check of forbidden calls was on "
                           f"(seen by the sandbox itself): this exercise asks you to {why}, in the process that "
                           "calls your function."] + (called if isinstance(called, list) else [])
+            if s.native:                   # machine code of the notebook's own: below every check (PID 1 saw it)
+                called = [f"your notebook runs native code it compiled or wrote itself ({s.native[0]}): machine code "
+                          "runs below the check of forbidden calls, which sees Python and PyTorch's operators only, so "
+                          "the tests that check this exercise's rule fail for a notebook that loads it. This exercise "
+                          f"asks you to {why}."] + (called if isinstance(called, list) else [])
             if s.worker_woke:              # the tests' fork woke the stopped learner's process
                 called = [f"your code woke the process the tests had stopped (its own threads could work for "
                           f"the function under test): this exercise asks you to {why}, in the process that "

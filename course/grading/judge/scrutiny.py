@@ -137,7 +137,8 @@ def _read_import_aliases(source: str):
 EVASIONS = ("started a thread or a process", "switched off or covered", "was removed while", "your code replaced",
              "took its data out of PyTorch", "another thread of your code was running", "its profile hook",
              "an operator defined by your code", "woke the process the tests had stopped",
-             "computes under another name")
+             "computes under another name", "runs native code it compiled or wrote",
+             "through whatever name or helper reached it")
 
 
 def forbidden_aliases(nb, source, memo: dict | None = None) -> list[str]:

@@ -179,6 +179,7 @@ class Session:
         self.saw_hidden = False
         self.hidden_lines = None             # while a test cell runs: (its filename, its hidden line numbers)
         self.worker_woke = False             # the stopped worker ran since the tests' fork began (PID 1 saw it)
+        self.native: list[str] = []          # machine code the learner's processes loaded from scratch (PID 1 saw it)
         self.woke_count = 0
         self.lies: list[str] = []            # what the worker claimed that cannot be true
         self.watches: dict = {}              # inside a seeing block: each call's inputs, by the number the worker gave
@@ -319,6 +320,9 @@ class Session:
                                "notebook was not graded. The tests call your functions in one process: end the "
                                "processes your code starts.")
         self.last_pid = msg.get("last_pid") if type(msg.get("last_pid")) is int else 0
+        native = msg.get("native")
+        if type(native) is list and native and all(type(p) is str for p in native):
+            self.native = [p[:200] for p in native[:5]]
         if op == ZygoteOp.FENCE:
             self.worker_woke = False
         elif msg.get("woke") is True and not self.worker_woke:

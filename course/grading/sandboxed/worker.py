@@ -185,20 +185,21 @@ class Worker:
     def watched(self):
         """Around the learner's code in one request, under a closed guard (lesson 00's softmax, lesson 12's
         size limit): no other thread may be running (PyTorch's modes watch this thread only; a test's
-        fork starts with one), and the data must stay in PyTorch (:class:`course.forbidden.OutsidePyTorch`)."""
+        fork starts with one), and the data must stay in PyTorch (:class:`course.forbidden.OutsidePyTorch`);
+        under a guard with forbidden modules (lesson 10), their code may not run (:class:`course.forbidden.InModules`)."""
         import sys
 
         from course import forbidden
 
         guard = self.forbidden[-1][1] if self.forbidden else None
-        if guard is None or not getattr(guard, "closed", False):
+        if guard is None or not (getattr(guard, "closed", False) or getattr(guard, "modules", ())):
             yield
             return
-        if forbidden.tasks_created() is not None and forbidden.other_threads():
+        if getattr(guard, "closed", False) and forbidden.tasks_created() is not None and forbidden.other_threads():
             guard.violations.append("another thread of your code was running when a checked call started: the check "
                                     "watches the thread that calls your function, so this exercise's functions must "
                                     f"do their work in that thread. This exercise asks you to {guard.why}.")
-        hook, previous = forbidden.OutsidePyTorch(guard), sys.getprofile()
+        hook, previous = forbidden.hook_for(guard), sys.getprofile()
         sys.setprofile(hook)
         try:
             yield

@@ -279,6 +279,54 @@ def _signal(pid: int, name: str) -> None:
         pass
 
 
+def _readable_by_pid1() -> None:
+    """In a new worker: dumpable again (a fork inherits PID 1's "non-dumpable"), so that PID 1 may read its memory
+    map (:func:`native_code`). Its memory is the learner's own: reading it gives a learner's process nothing the
+    learner's code does not hold already, and every other process is ended while the tests run."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None).prctl(4, 1, 0, 0, 0)      # PR_SET_DUMPABLE = 1
+    except (OSError, AttributeError):
+        pass
+
+
+def native_code(pids) -> list[str]:
+    """Machine code the learner's processes ``pids`` run that the sandbox did not bring: executable mappings
+    (``/proc/PID/maps``) of a file on a writable file system (the sandbox's scratch folders: everything
+    installed is bound read-only), of a deleted file or of memory (``memfd``). A C++ extension a notebook
+    compiled or wrote from bytes calls PyTorch's kernels without the dispatcher, below every check of
+    forbidden calls. Read here, by PID 1, which no learner's process can reach."""
+    found: set[str] = set()
+    for pid in pids:
+        if not pid:
+            continue
+        try:
+            with open(f"/proc/{pid}/maps") as f:
+                lines = f.read().splitlines()
+        except PermissionError:                                    # it made itself unreadable (PR_SET_DUMPABLE 0)
+            found.add(f"a process whose memory map is hidden (PID {pid})")
+            continue
+        except OSError:                                            # gone
+            continue
+        for line in lines:
+            parts = line.split(None, 5)
+            if len(parts) < 6 or "x" not in parts[1]:
+                continue
+            path = parts[5].strip()
+            if not path or path.startswith("["):                  # [vdso], [vsyscall]: the kernel's
+                continue
+            if path.startswith("/memfd:") or path.endswith("(deleted)"):
+                found.add(path)
+                continue
+            try:
+                if not os.statvfs(path).f_flag & os.ST_RDONLY:
+                    found.add(path)
+            except OSError:
+                found.add(path)
+    return sorted(found)[:5]
+
+
 def fence(worker: int, fork: int, stop: bool = True, limit: float = 3.0) -> tuple[int, int, bool]:
     """While a submission's tests run, the only learner code that runs is the function under test: end every
     process of the sandbox but PID 1, the worker and its tests' fork (``fork``, kept only if it is a live
@@ -352,7 +400,9 @@ class _Tests:
             ended, _, clean = fence(worker, 0, stop=False)
             self.fork, self.ran = 0, {}
             _signal(worker, "SIGCONT")
-        say(ev=ZygoteEvent.FENCED, ended=ended, fork=self.fork, clean=clean, last_pid=last_pid(), woke=self.woke)
+        native = native_code((worker, self.fork)) if op != ZygoteOp.RESUME else []
+        say(ev=ZygoteEvent.FENCED, ended=ended, fork=self.fork, clean=clean, last_pid=last_pid(), woke=self.woke,
+            native=native)
 
     def _watch(self, worker: int) -> None:
         if self.fork and ran_since(self.ran, runtime(worker)):      # the stopped worker ran: stop it again, say so
@@ -416,6 +466,7 @@ def serve_sandbox(ctrl_fd: int, keep: dict[str, frozenset], worker_class) -> Non
         if pid == 0:
             try:
                 ctrl.close()                         # before any student code: the worker never holds it
+                _readable_by_pid1()
                 os.chdir("/sandbox/work")
                 _default_signals()
                 worker_class(fds[0], fds[1]).serve()
