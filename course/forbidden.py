@@ -333,7 +333,11 @@ class Guard:
     def __exit__(self, *exc):
         functions, kernels = self._modes
         if self._triton_watch is not None:
-            watching = self._triton_watch.launch is not None        # Triton's interpreter was there to watch
+            # Triton's interpreter was there to watch each launch (compiled for a GPU, launches do not pass through it)
+            import os
+
+            watching = self._triton_watch.launch is not None and \
+                os.environ.get("TRITON_INTERPRET", "0").lower() in ("1", "true", "on", "yes")
             self._triton_watch.stop()
             self._triton_watch = None
             if watching and self.work is not None and not self.launches and not self.violations:

@@ -177,6 +177,18 @@ def test_with_a_work_budget_the_kernels_must_do_the_work():
         torch_row_sums(X)
 
 
+def test_compiled_launches_are_not_counted_so_none_is_required(monkeypatch):
+    """On a GPU the kernels are compiled and their launches do not pass through the interpreter the check watches:
+    there it asks for no launch (the budget on PyTorch's own work still holds)."""
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    names = NAMES + (forbidden.TRITON,)
+    with checks.forbid(torch_row_sums, *names, why="compute in your kernels", work=8 * X.numel()):
+        torch_row_sums(X)
+    with pytest.raises(AssertionError, match="values with PyTorch outside your Triton kernels"):
+        with checks.forbid(torch_with_an_idle_launch, *names, why="compute in your kernels", work=8 * X.numel()):
+            torch_with_an_idle_launch(X)
+
+
 def test_a_kernel_block_above_the_limit_is_refused():
     with pytest.raises(AssertionError, match=r"block of shape \(64, 16\)"):
         guarded(lambda x: row_sums(x, _big_block_kernel, BIG=64), X, limit=40 * 16 // 2)
