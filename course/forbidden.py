@@ -98,7 +98,6 @@ _FAMILIES = {
     "matmul": ("matmul", "convolution", "attention"),
     "einsum": ("matmul", "convolution", "attention"),
 }
-_ATEN: list = []          # every ATen kernel name this PyTorch registers (read once)
 
 # Names that are not PyTorch's: the Python modules whose code they run. While a check forbids one, no function
 # of those modules may run, whatever name or helper reached it (lesson 10: transformers' BERT, and the course's
@@ -109,37 +108,48 @@ _MODULES = {
 }
 
 
+def _frozen(table: dict) -> tuple:
+    return tuple(sorted((k, tuple(v) if isinstance(v, (tuple, list)) else v) for k, v in table.items()))
+
+
+def _read_aten() -> frozenset[str]:
+    try:
+        names = torch._C._dispatch_get_all_op_names()
+    except (AttributeError, RuntimeError):              # an older PyTorch: the lists above are what we know
+        names = ()
+    return frozenset(n.split("::", 1)[1].split(".")[0] for n in names if n.startswith("aten::"))
+
+
+# What the checks read: frozen copies, taken when this module is imported (before any learner's code runs; the
+# grading worker holds them by identity, see integrity_pieces), so a notebook that edits KERNELS or the tables
+# above changes nothing the checks see.
+_DIRECT, _FAMILY_OF, _PATTERN_OF, _MODULE_OF = (_frozen(t) for t in (KERNELS, _FAMILIES, _FAMILY_PATTERNS, _MODULES))
+_ATEN_NAMES = _read_aten()          # every ATen kernel name this PyTorch registers
+
+
 def modules_for(names) -> tuple[str, ...]:
     """The Python modules (prefixes of ``__name__``) whose code these forbidden names run."""
-    return tuple(sorted({m for name in names for m in _MODULES.get(str(name), ())}))
-
-
-def _aten_names() -> frozenset[str]:
-    if not _ATEN:
-        try:
-            names = torch._C._dispatch_get_all_op_names()
-        except (AttributeError, RuntimeError):          # an older PyTorch: the lists above are what we know
-            names = ()
-        _ATEN.append(frozenset(n.split("::", 1)[1].split(".")[0] for n in names if n.startswith("aten::")))
-    return _ATEN[0]
+    table = dict(_MODULE_OF)
+    return tuple(sorted({m for name in names for m in table.get(str(name), ())}))
 
 
 def family(name: str) -> frozenset[str]:
     """The ATen kernels of one family of :data:`_FAMILY_PATTERNS` (``"softmax"``, ``"attention"``...)."""
     import re
 
-    pattern = re.compile(_FAMILY_PATTERNS[name])
-    return frozenset(n for n in _aten_names() if pattern.search(n) and not n.lstrip("_").startswith("upsample"))
+    pattern = re.compile(dict(_PATTERN_OF)[name])
+    return frozenset(n for n in _ATEN_NAMES if pattern.search(n) and not n.lstrip("_").startswith("upsample"))
 
 
 def kernels_for(names, *, families: bool = True) -> frozenset[str]:
     """The ATen kernels behind these Python names and (``families``) every kernel of their families (names
     without a known kernel add nothing)."""
+    direct, of = dict(_DIRECT), dict(_FAMILY_OF)
     out: set[str] = set()
     for name in names:
         for key in {str(name), str(name).lstrip("_")}:
-            out.update(KERNELS.get(key, ()))
-            for fam in _FAMILIES.get(key, ()) if families else ():
+            out.update(direct.get(key, ()))
+            for fam in of.get(key, ()) if families else ():
                 out.update(family(fam))
     return frozenset(out)
 
@@ -929,14 +939,16 @@ def lesson_names(source_nb) -> set[str]:
 
 def integrity_pieces() -> dict:
     """Every piece the check of forbidden calls runs on, by name: each function and class of this module (and
-    each method of those classes), and ``course.checks.forbidden_targets``. The grading worker takes them,
-    with their code, before any learner's code runs, and compares them at each check (a notebook that
-    replaced one, or swapped its ``__code__``, fails the tests that use the check and is reported)."""
+    each method of those classes), the frozen tables the checks read, and ``course.checks.forbidden_targets``. The
+    grading worker takes them, with their code, before any learner's code runs, and compares them at each check (a
+    notebook that replaced one, or swapped its ``__code__``, fails the tests that use the check and is reported)."""
     import types
 
     from course import checks
 
     pieces = {"course.checks.forbidden_targets": checks.__dict__.get("forbidden_targets")}
+    for name in ("_DIRECT", "_FAMILY_OF", "_PATTERN_OF", "_MODULE_OF", "_ATEN_NAMES"):      # the frozen tables
+        pieces[f"course.forbidden.{name}"] = globals().get(name)
     for name, obj in list(globals().items()):
         if isinstance(obj, types.FunctionType) and obj.__module__ == __name__:
             pieces[f"course.forbidden.{name}"] = obj

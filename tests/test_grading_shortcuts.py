@@ -539,6 +539,26 @@ def test_guard_refuses_every_kernel_of_a_forbidden_family():
     assert not any("convert" in k or "upsample" in k for k in forbidden.kernels_for(["conv2d", "matmul"]))
 
 
+def test_the_checks_read_frozen_tables_a_notebook_cannot_edit():
+    """The tables of forbidden kernels and modules are read from frozen copies taken at import; the grading worker
+    holds those by identity (integrity_pieces), so a rebinding is a replaced piece and an edit of KERNELS changes
+    nothing the checks see."""
+    from course import forbidden
+
+    saved, families = dict(forbidden.KERNELS), dict(forbidden._FAMILIES)
+    try:
+        forbidden.KERNELS.clear()
+        forbidden._FAMILIES.clear()
+        assert "kernel aten::_softmax" in _verdict(lambda x: torch.ops.aten._softmax(x, -1, False), "softmax")
+    finally:
+        forbidden.KERNELS.update(saved)
+        forbidden._FAMILIES.update(families)
+    pieces = forbidden.integrity_pieces()
+    for name in ("_DIRECT", "_FAMILY_OF", "_PATTERN_OF", "_MODULE_OF", "_ATEN_NAMES"):
+        assert pieces[f"course.forbidden.{name}"] is getattr(forbidden, name)
+        assert isinstance(getattr(forbidden, name), (tuple, frozenset))
+
+
 def test_guard_refuses_the_code_of_a_forbidden_module_however_it_is_reached():
     """Lesson 10 forbids transformers' BERT and the course's bridge to it, names that are not PyTorch's: reading
     the class's own source missed a helper defined in another cell that ran them (red team, fifth round: 27 of
