@@ -227,14 +227,14 @@ def _hold(g, out, name: str) -> None:
     Python object lives as long as the storage) and fail once they hold more than ``limit`` values together."""
     import weakref
 
+    for key in [k for k, (ref, _) in g.held.items() if ref() is None]:      # first: a freed storage's id is reused
+        del g.held[key]
     for t in pytree.tree_leaves(out):
         if not isinstance(t, torch.Tensor) or t.is_meta or t.is_sparse:
             continue
         s = t.untyped_storage()
         if id(s) not in g.held and s.nbytes():
             g.held[id(s)] = (weakref.ref(s), s.nbytes() // max(1, t.element_size()))
-    for key in [k for k, (ref, _) in g.held.items() if ref() is None]:
-        del g.held[key]
     total = sum(n for _, n in g.held.values())
     if total > g.limit:
         msg = (f"your code held {total} values at once in tensors it made (aten::{name} and the ones still alive "
