@@ -8,10 +8,13 @@ the same exchange, then tries three things nbgrader's own collect let through:
   notebook (nbgrader's collect took it as Alice's newest submission: Alice scored 0);
 * a foreign folder: one named for Alice, holding a link to Alice's notebook in Alice's home (a root
   collector following it would read a file Mallory may not);
-* a forged time for herself: a submission of her own dated 2999, then a real one; the real one is later.
+* a forged time for herself: a submission of her own dated 2999, then a real one; the real one is later;
+* links in her own real submission, beside her finished notebook: to a file only root may read, a folder that is
+  a link to root's folder, a hard link to that file.
 
-`course workshop collect` refuses the first two, names them and exits non-zero; it collects Alice's real
-submission (graded full marks) and Mallory's latest real one, timed by the files' own ``ctime``.
+`course workshop collect` refuses the first two and each link, names them and exits non-zero; it collects Alice's
+real submission (graded full marks) and Mallory's latest real one, timed by the files' own ``ctime``, without the
+links: her notebook gets full marks, and nothing only root may read reaches any file the grader writes.
 
 Needs root (the learners are Unix users it creates; CI runs as root) and useradd.
 """
@@ -32,12 +35,15 @@ import pytest
 
 from planting import build_submission
 from test_hub import learner_python
+from unix_users import unix_accounts
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.slow
 LESSON = "00_softmax_lookup"
 COURSE = "exchange-test"
 ALICE, MALLORY = "crsx-alice", "crsx-mallory"
+SECRET_MARK = b"INSTRUCTOR-ONLY-5f1c9e"                 # stands for the reference solution
+SECRET_TEXT = f"{{\"cells\": [], \"note\": \"{SECRET_MARK.decode()}\"}}"
 
 
 def _why_not() -> str | None:
@@ -54,26 +60,8 @@ def learners():
     why = _why_not()
     if why:
         pytest.skip(why)
-    opened = []
-    made = []
-    try:
-        # The learners run the course's venv, as a hub's shared environment is readable by every learner.
-        for folder in {*Path(sys.prefix).resolve().parents, *ROOT.resolve().parents, ROOT.resolve()}:
-            mode = folder.stat().st_mode
-            if not mode & 0o001:
-                folder.chmod(mode | 0o001)
-                opened.append((folder, mode))
-        for name in (ALICE, MALLORY):
-            subprocess.run(["userdel", "-r", name], capture_output=True)        # a crashed earlier run
-            subprocess.run(["useradd", "-m", "-K", "HOME_MODE=0700", "-s", "/bin/bash", name], check=True,
-                           capture_output=True)
-            made.append(name)
+    with unix_accounts((ALICE, MALLORY)):
         yield
-    finally:
-        for name in made:
-            subprocess.run(["userdel", "-r", name], capture_output=True)
-        for folder, mode in opened:
-            folder.chmod(mode)
 
 
 def as_user(name: str, *cmd: str, cwd: str | None = None) -> subprocess.CompletedProcess:
@@ -131,18 +119,40 @@ def test_the_exchange_trusts_identity_not_names(learners, tmp_path):
         r = as_user(MALLORY, python, "-c", script, str(inbound), LESSON, forged, linked, own_old, untouched,
                     str(mine), cwd="/")
         assert r.returncode == 0, r.stdout + r.stderr
-        # Mallory's real submission, after her forged-date one: her latest.
+        # Mallory's real submission, after her forged-date one: her latest. Her own notebook is finished; beside it,
+        # in her own folder, she puts what would read the instructor's files: a link to a file only root may read, a
+        # folder that is a link to root's folder, and (as a machine without protected hard links would let her) a hard
+        # link to that file. Collect refuses each of them, says so, and collects her notebook.
         r = as_user(MALLORY, *nbg, "fetch_assignment", LESSON, *where)
         assert r.returncode == 0, r.stdout + r.stderr
+        hers = Path(f"/home/{MALLORY}/{LESSON}/{LESSON}.ipynb")
+        nbformat.write(build_submission(LESSON), str(hers))
+        shutil.chown(hers, MALLORY, MALLORY)
         r = as_user(MALLORY, *nbg, "submit", LESSON, *where)
         assert r.returncode == 0, r.stdout + r.stderr
+        secret_dir = work / "instructor-only"
+        secret_dir.mkdir(mode=0o700)
+        secret = secret_dir / "solution.ipynb"
+        secret.write_text(SECRET_TEXT)
+        secret.chmod(0o600)
+        (secret_dir / "other.ipynb").write_text(SECRET_TEXT)
+        own_real = max((p for p in inbound.iterdir() if p.name.startswith(f"{MALLORY}+") and p.name != own_old),
+                       key=lambda p: p.stat().st_ctime)
+        r = as_user(MALLORY, "ln", "-s", str(secret), str(own_real / "solution.ipynb"), cwd="/")
+        assert r.returncode == 0, r.stdout + r.stderr
+        r = as_user(MALLORY, "ln", "-s", str(secret_dir), str(own_real / "answers"), cwd="/")
+        assert r.returncode == 0, r.stdout + r.stderr
+        os.link(secret, own_real / "hard.ipynb")              # root makes the hard link she could make without the sysctl
 
         r = host("collect", LESSON)
         said = r.stdout + r.stderr
         assert r.returncode != 0, said                                    # something was refused: it says so
         assert forged in said and "not to" in said and linked in said, said
         report = json.loads((grades / "collect" / f"refused-{LESSON}.json").read_text())
-        assert sorted(e["folder"] for e in report) == sorted([forged, linked]), report
+        assert sorted({e["folder"] for e in report}) == sorted([forged, linked, own_real.name]), report
+        left_out = sorted(e["why"].split(" ")[0] for e in report if e["folder"] == own_real.name)
+        assert left_out == ["answers", "hard.ipynb", "solution.ipynb"], report
+        assert "symbolic link" in said and "hard link" in said, said
 
         collected = grades / "submitted" / ALICE / LESSON / f"{LESSON}.ipynb"
         assert collected.read_text() == mine.read_text()               # Alice's own, real submission
@@ -155,6 +165,93 @@ def test_the_exchange_trusts_identity_not_names(learners, tmp_path):
         r = host("grade", LESSON, "--jobs", "1", *unsafe)
         rows = {row["student"]: row for row in csv.DictReader(open(grades / "grades.csv", encoding="utf-8"))}
         assert float(rows[ALICE]["score"]) == float(rows[ALICE]["max_score"]) > 0, (rows, r.stdout[-2000:])
+        # Mallory's honest work is graded; nothing she could not read reached anything the grader wrote.
+        assert float(rows[MALLORY]["score"]) == float(rows[MALLORY]["max_score"]), (rows, r.stdout[-2000:])
+        leaked = [str(f) for f in grades.rglob("*") if f.is_file() and SECRET_MARK in f.read_bytes()]
+        assert not leaked, leaked
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def test_a_folder_swapped_for_a_link_during_collect_is_never_followed(learners, tmp_path):
+    """Collect chooses a submission (``verify``, in init_src), then copies it (``read_submission``, in copy_files):
+    a learner watching her own folder can swap it for a link to a folder she cannot read in between, or while it
+    is read. Swapped before the copy: refused, named. Swapped while it is read: what is read is the folder that was
+    opened (through its descriptor), never what the link points to."""
+    from course.grading import owned
+    from course.tools import exchange
+
+    work = Path(tempfile.mkdtemp(prefix="course-swap-"))
+    work.chmod(0o755)
+    try:
+        inbound = work / "inbound"
+        inbound.mkdir()
+        inbound.chmod(0o2733)
+        private = work / "instructor-only"
+        private.mkdir(mode=0o700)
+        (private / f"{LESSON}.ipynb").write_text(SECRET_TEXT)
+        name = f"{MALLORY}+{LESSON}+2026-12-01 10:00:00.000000 UTC"
+        folder = inbound / name
+        make = ("import os, sys\nos.makedirs(sys.argv[1])\nopen(os.path.join(sys.argv[1], sys.argv[2]), 'w').write('mine')\n")
+        r = as_user(MALLORY, "/usr/bin/python3", "-c", make, str(folder), f"{LESSON}.ipynb", cwd="/")
+        assert r.returncode == 0, r.stdout + r.stderr
+        when, why = exchange.verify(folder, MALLORY)
+        assert why == "" and when is not None
+
+        # Swapped between the choice and the copy.
+        r = as_user(MALLORY, "/bin/sh", "-c", f'mv "{folder}" "{folder}.old" && ln -s "{private}" "{folder}"', cwd="/")
+        assert r.returncode == 0, r.stdout + r.stderr
+        tree, why = exchange.read_submission(folder, MALLORY)
+        assert tree is None and "link" in why, (tree, why)
+
+        # Swapped while it is read: the descriptor held is the folder as opened.
+        r = as_user(MALLORY, "/bin/sh", "-c", f'rm "{folder}" && mv "{folder}.old" "{folder}"', cwd="/")
+        assert r.returncode == 0, r.stdout + r.stderr
+        fd, why = owned.open_folder(inbound, [name])
+        assert fd is not None, why
+        try:
+            r = as_user(MALLORY, "/bin/sh", "-c", f'mv "{folder}" "{folder}.old" && ln -s "{private}" "{folder}"', cwd="/")
+            assert r.returncode == 0, r.stdout + r.stderr
+            tree = owned.read_tree(fd, owner=os.lstat(f"{folder}.old").st_uid, max_files=10, max_bytes=2**20)
+        finally:
+            os.close(fd)
+        assert tree.files == {f"{LESSON}.ipynb": b"mine"} and not tree.refused, tree
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def test_exchange_folders_a_learner_made_first_stop_release_and_return(learners, tmp_path):
+    """The exchange's root is writable by every account (1777): a learner may make the course's folder, or its
+    feedback folder, before the instructor does, as a link to a folder of root's (nbgrader's own check follows
+    it) or as her own. Release, collect and return then refuse to use it, and say which folder and what to do."""
+    from course.tools import exchange
+
+    work = Path(tempfile.mkdtemp(prefix="course-premade-"))
+    work.chmod(0o755)
+    try:
+        root = work / "exchange"
+        root.mkdir()
+        root.chmod(0o1777)
+        target = work / "roots-folder"
+        target.mkdir()
+        r = as_user(MALLORY, "ln", "-s", str(target), str(root / COURSE), cwd="/")
+        assert r.returncode == 0, r.stdout + r.stderr
+        with pytest.raises(PermissionError, match="is a link or a file"):
+            exchange.secure_course_folder(root, COURSE)
+        assert list(target.iterdir()) == []                      # nothing was made through the link
+        (root / COURSE).unlink()
+        r = as_user(MALLORY, "mkdir", str(root / COURSE), cwd="/")
+        assert r.returncode == 0, r.stdout + r.stderr
+        with pytest.raises(PermissionError, match=f"belongs to '{MALLORY}'"):
+            exchange.secure_course_folder(root, COURSE)
+        os.rmdir(root / COURSE)
+        exchange.secure_course_folder(root, COURSE)             # made by the instructor: fine, and made once
+        r = as_user(MALLORY, "mkdir", str(root / COURSE / "x"), cwd="/")
+        assert r.returncode != 0                                # the course's folder is the instructor's
+        assert oct(os.lstat(root / COURSE / "inbound").st_mode & 0o7777) == oct(0o2733)
+        os.chmod(root, 0o777)                                   # world-writable without the sticky bit
+        with pytest.raises(PermissionError, match="sticky"):
+            exchange.secure_course_folder(root, COURSE)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
@@ -173,8 +270,10 @@ def test_a_file_rewritten_after_the_check_is_timed_by_its_rewrite(tmp_path):
     assert why == "" and checked is not None
     time.sleep(0.05)
     (folder / "lesson.ipynb").write_text("written after the check")
-    copied = exchange._copy(folder, tmp_path / "collected", None)
-    assert exchange._utc(copied) > checked
+    tree, why = exchange.read_submission(folder, "mallory", same_account=True)
+    assert why == "" and not tree.refused
+    exchange.write_tree(tree, tmp_path / "collected")
+    assert exchange._utc(tree.latest) > checked
     assert (tmp_path / "collected" / "lesson.ipynb").read_text() == "written after the check"
 
 

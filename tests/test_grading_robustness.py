@@ -816,7 +816,7 @@ def test_what_a_submission_names_cannot_act_in_a_spreadsheet_a_terminal_or_the_f
     instructor's autograded notebook as plain text, never as HTML."""
     from course.grading import feedback, results
 
-    row = [results.csv_cell(v) for v in ('=HYPERLINK("http://x","click")', "+1", "-2", "@SUM(A1)", "ada")]
+    row = [results.spreadsheet_text(v) for v in ('=HYPERLINK("http://x","click")', "+1", "-2", "@SUM(A1)", "ada")]
     assert row == ["'" + v for v in ('=HYPERLINK("http://x","click")', "+1", "-2", "@SUM(A1)")] + ["ada"]
     assert "\x1b" not in results.shown("evil\x1b[1A\x1b[2K") and "\\x1b[1A" in results.shown("evil\x1b[1A")
 

@@ -38,6 +38,8 @@ from urllib.parse import quote
 import nbformat
 import pytest
 
+from unix_users import unix_accounts
+
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.slow
 
@@ -242,33 +244,20 @@ def _course(*args) -> str:
 def room(chp):
     work = Path(tempfile.mkdtemp(prefix="course-hub-"))
     work.chmod(0o755)                     # the learners' servers read their configuration here
-    made = []
     hub = None
-    opened = []
     try:
         # The learners' accounts read the course's checkout and its venv, as a hub's shared environment is
         # readable by every learner: a checkout in a folder only root may enter (a `mktemp -d` clone is 0700)
         # is opened for traversal (o+x on its folders, nothing listed or written) until the test ends.
-        for folder in {*Path(sys.prefix).resolve().parents, *ROOT.resolve().parents, ROOT.resolve()}:
-            mode = folder.stat().st_mode
-            if not mode & 0o001:
-                folder.chmod(mode | 0o001)
-                opened.append((folder, mode))
-        for name in LEARNERS:
-            subprocess.run(["userdel", "-r", name], capture_output=True)          # a crashed earlier run
-            subprocess.run(["useradd", "-m", "-K", "HOME_MODE=0700", "-s", "/bin/bash", name], check=True,
-                           capture_output=True)
-            made.append(name)
-        hub = Hub(work, chp, learner_python(work, made[0]))
-        yield hub
+        with unix_accounts(LEARNERS) as made:
+            try:
+                hub = Hub(work, chp, learner_python(work, made[0]))
+                yield hub
+            finally:
+                if hub is not None:
+                    hub.stop()
     finally:
-        if hub is not None:
-            hub.stop()
-        for name in made:
-            subprocess.run(["userdel", "-r", name], capture_output=True)
         shutil.rmtree(work, ignore_errors=True)
-        for folder, mode in opened:
-            folder.chmod(mode)
 
 
 def test_workshop_on_a_hub(room, monkeypatch):

@@ -47,8 +47,8 @@ from course.commands.lessons import all_lessons
 from course.grading import sandbox
 from course.grading.assignments import generate_assignments, load_gradebook_library
 from course.grading.feedback import feedback_page
-from course.grading.intake import Refused, against_release, find_notebook, name_problem, read_notebook
-from course.grading.notebooks import hidden_lines, imported_modules, max_score, sha256_of, test_cells, unvalidated
+from course.grading.intake import Refused, against_release, find_notebook, name_problem, read_notebook, submission_digest
+from course.grading.notebooks import imported_modules, max_score, sha256_of, test_cells, unvalidated
 from course.grading.pool import Judges
 from course.grading.protocol import EventKind, Reply, Spec, Status
 from course.grading.results import CellResult, GradebookWriter, SubmissionResult, atomic_write, shown, write_results
@@ -129,7 +129,7 @@ def _reusable(prev: dict | None, digest: str) -> bool:
 
 def _needs_judge(prev: dict | None, folder: Path, lesson: str, version: str) -> bool:
     path, _ = find_notebook(folder, lesson)
-    return path is not None and not _reusable(prev, sha256_of(path) + ":" + version)
+    return path is not None and not _reusable(prev, submission_digest(path) + ":" + version)
 
 
 def _progress(total: int, enabled: bool):
@@ -285,7 +285,6 @@ class BatchRun:
             self.files[lesson] = [str(p) for p in (ws.path / "release" / lesson).iterdir()
                                   if p.is_file() and p.suffix != ".ipynb"]
         self.source_nbs = {lesson: nbformat.read(str(p), as_version=4) for lesson, p in self.sources.items()}
-        self.hidden = {lesson: hidden_lines(self.source_nbs[lesson], self.releases[lesson]) for lesson in self.used}
         self.startup["assignment" + (" (cached)" if from_cache else "")] = time.perf_counter() - t
         if self.todo:      # the gradebook's library (a second to import) loads while the judges start
             threading.Thread(target=load_gradebook_library, daemon=True).start()
@@ -365,7 +364,7 @@ class BatchRun:
             self._finish(res)
             return res
         only = self.only_cells.get(f"{student}/{lesson}")
-        digest = sha256_of(path) + ":" + self.lesson_hash[lesson] + _only_suffix(only)
+        digest = submission_digest(path) + ":" + self.lesson_hash[lesson] + _only_suffix(only)
         copy = self.ws.path / "submitted" / student / lesson / f"{lesson}.ipynb"
         prev = self.previous.get((student, lesson))
         if _reusable(prev, digest) and (copy.is_file() or not self.keep_submitted):
@@ -452,7 +451,7 @@ class BatchRun:
                 atomic_write(self.ws.path / "autograded" / res.student / lesson / f"{lesson}.ipynb", reply.autograded)
             if reply.feedback_html:
                 path = self.ws.path / "feedback" / res.student / lesson / f"{lesson}.html"
-                atomic_write(path, feedback_page(reply.feedback_html, res, self.hidden[lesson]))
+                atomic_write(path, feedback_page(reply.feedback_html, res))
                 res.feedback = str(path)
             else:
                 res.detail += f"; feedback not written ({reply.feedback_error or 'no page'})"

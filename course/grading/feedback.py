@@ -71,13 +71,21 @@ def _error_name(name: str) -> str:
     return name if name.isidentifier() and len(name) <= 60 else "Error"
 
 
-def render_feedback(nb, hidden_lines: set[str]) -> str:
-    """The graded notebook as an HTML page, with every line of a hidden test removed whatever printed it."""
+def render_feedback(nb) -> str:
+    """The graded notebook as an HTML page.
+
+    Nothing on it is compared with the hidden tests, and nothing is cut from it because of them: a filter that
+    removed the lines of a hidden test wherever they appeared (the learner's own cells and outputs included)
+    marked exactly the learner's correct guesses of those lines, and so confirmed them. The page holds no hidden
+    line by how it is built instead: its test cells are the release's (their visible part), a learner's outputs
+    are only those of cells that ran before the first test, and the judge's messages quote visible lines only
+    (:mod:`course.grading.judge.explain`; ``make certify`` and tests/test_grading.py check every message of every
+    planted bug and mutant). What the learner wrote comes back as she wrote it."""
     exporter = getattr(_EXPORTERS, "html", None)
     if exporter is None:
         exporter = _EXPORTERS.html = _feedback_exporter()
     body, _ = exporter.from_notebook_node(nb)
-    return _scrub(body, hidden_lines)
+    return body
 
 
 # The page is the student's notebook: its Markdown, HTML and JavaScript outputs are sanitized
@@ -228,15 +236,6 @@ def _feedback_exporter():
     return exporter
 
 
-def _scrub(body: str, hidden_lines: set[str]) -> str:
-    import html as _html
-
-    for line in hidden_lines:
-        for variant in {line, _html.escape(line)}:
-            body = body.replace(variant, "[hidden test line removed]")
-    return body
-
-
 def _summary_html(result: SubmissionResult) -> str:
     """The score and one row per test, as the first thing on the feedback page."""
     import html as _html
@@ -253,8 +252,9 @@ def _summary_html(result: SubmissionResult) -> str:
             f"<th>result</th></tr>{rows}</table></div>")
 
 
-def feedback_page(body: str, result: SubmissionResult, hidden_lines: set[str]) -> str:
-    summary = _scrub(_summary_html(result), hidden_lines)
+def feedback_page(body: str, result: SubmissionResult) -> str:
+    """The page with the score and one row per test on top (the judge's messages: no hidden line, as above)."""
+    summary = _summary_html(result)
     at = body.find("<body")
     at = body.find(">", at) + 1 if at >= 0 else 0
     return body[:at] + summary + body[at:]

@@ -95,17 +95,56 @@ def find_notebook(folder: Path, lesson: str) -> tuple[Path | None, str]:
     return None, f"expected {lesson}.ipynb in {folder}; found {found}. Ask the student to hand in {lesson}.ipynb."
 
 
+def open_submission(path: Path) -> tuple[int | None, str]:
+    """A descriptor of the handed-in file ``<submissions>/<student>/<lesson>/<name>``, or ``(None, why)``.
+
+    Opened through descriptors from the submissions folder down (:func:`course.grading.owned.open_folder`), each
+    component with ``O_NOFOLLOW``: a student or lesson folder swapped for a link after :func:`find_notebook` looked
+    at it is refused, never followed, as the file itself is."""
+    from course.grading import owned
+
+    folder, why = owned.open_folder(path.parents[2], [path.parent.parent.name, path.parent.name])
+    if folder is None:
+        return None, Refused(f"the folder {why} (links are never followed; hand in plain folders and files)")
+    try:
+        return os.open(path.name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0),
+                       dir_fd=folder), ""
+    except OSError as exc:
+        problem = _link_problem(path, "the notebook")
+        return None, problem or f"cannot read {path.name}: {exc.strerror or exc}"
+    finally:
+        os.close(folder)
+
+
+def submission_digest(path: Path) -> str:
+    """The SHA-256 of the handed-in file, read as :func:`read_notebook` reads it ("" when it cannot be)."""
+    import hashlib
+
+    fd, _ = open_submission(path)
+    if fd is None:
+        return ""
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_nlink > 1 or st.st_size > MAX_NOTEBOOK_BYTES:
+            return ""
+        digest = hashlib.sha256()
+        with os.fdopen(fd, "rb", closefd=False) as fh:
+            while chunk := fh.read(1 << 20):
+                digest.update(chunk)
+        return digest.hexdigest()
+    finally:
+        os.close(fd)
+
+
 def read_notebook(path: Path, keep: Path | None = None):
     """The submission as an nbformat notebook, or a readable reason why it is not one.
 
     Opened with ``O_NOFOLLOW | O_NONBLOCK`` and checked again on the open file (a regular file with one
     name, not too large), so nothing is read through a link or from a pipe or device."""
 
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-    except OSError as exc:
-        problem = _link_problem(path, "the notebook")
-        return None, problem or f"cannot read {path.name}: {exc.strerror or exc}"
+    fd, problem = open_submission(path)
+    if fd is None:
+        return None, problem
     held: list = []
     try:
         return _read_open(path, fd, keep, held)

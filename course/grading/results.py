@@ -3,10 +3,11 @@ gradebook (so the formgrader shows the scores), and the summary ``course grade``
 
 from __future__ import annotations
 
-import io
 import csv
+import io
 import json
 import os
+import re
 import tempfile
 import warnings
 from dataclasses import asdict, dataclass, field
@@ -66,10 +67,43 @@ def atomic_write(path: Path, text: str | bytes) -> None:
     os.replace(tmp, path)
 
 
-def csv_cell(value: str) -> str:
-    """A text cell a spreadsheet will not run: one starting with = + - @ (or a tab or carriage return)
-    is a formula there (OWASP's CSV injection), so it gets a leading apostrophe."""
-    return "'" + value if value[:1] in ("=", "+", "-", "@", "\t", "\r") else value
+# What a spreadsheet may take for a field separator when it opens a text file (the comma of English locales, the
+# semicolon of many others, a tab, a space, a pipe, a colon), and the characters a cell may start a formula with
+# (OWASP's CSV injection: = + - @, their full-width forms, and a tab or carriage return before them).
+SEPARATORS = ",;\t |:"
+_FORMULA = re.compile(r"(^|[,;\t |:])([\s\"']*)(?=[=+\-@\uff1d\uff0b\uff0d\uff20])")
+_ID_CHAR = re.compile(r"[\w.@+-]")
+
+
+def spreadsheet_text(value) -> str:
+    """``value`` as a text cell no spreadsheet runs, whichever separator it splits the line on.
+
+    Characters that are not printable (a newline, a carriage return, a tab, escape sequences) are written as
+    ``\\xNN`` escapes, so a field stays on its line; then every place where a cell could begin under one of
+    :data:`SEPARATORS` (the field's start, or just after such a character) and a formula character follows gets
+    an apostrophe first, which spreadsheets read as "this is text" (OWASP's rule, applied to every cell a
+    spreadsheet could make of the field, not only to the first)."""
+    text = "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in str(value))
+    return _FORMULA.sub(lambda m: f"{m.group(1)}{m.group(2)}'", text)
+
+
+def printable_name(name: str) -> str:
+    """A student's or lesson's folder name as ``grades.csv`` writes it: an id (letters, digits and ``. _ @ + -``)
+    as it is; any other character (a name the intake refused) as a ``\\xNN`` or ``\\uNNNN`` escape, so that no
+    separator, quote or control character of it reaches a spreadsheet."""
+    return "".join(c if _ID_CHAR.fullmatch(c) else (f"\\x{ord(c):02x}" if ord(c) < 256 else f"\\u{ord(c):04x}")
+                   for c in str(name))
+
+
+def table_text(header, rows, *, delimiter: str = ",") -> str:
+    """A CSV (or, with ``delimiter="\\t"``, TSV) text for spreadsheets: every cell through :func:`spreadsheet_text`
+    (numbers are written as they print, which no spreadsheet runs). Every file the course writes for a spreadsheet
+    is written by this function (tests/test_trust.py opens each of them under every separator)."""
+    buf = io.StringIO()
+    w = csv.writer(buf, delimiter=delimiter, lineterminator="\n")
+    for row in [header, *rows]:
+        w.writerow([c if isinstance(c, (int, float)) and not isinstance(c, bool) else spreadsheet_text(c) for c in row])
+    return buf.getvalue()
 
 
 def shown(text: str) -> str:
@@ -82,12 +116,9 @@ def write_results(out: Path, results) -> None:
     """``grades.csv`` and ``results.json`` in ``out``, sorted by (student, lesson), each replaced atomically."""
 
     ordered = sorted(results, key=lambda r: (r.student, r.lesson))
-    buf = io.StringIO()
-    w = csv.writer(buf, lineterminator="\n")
-    w.writerow(["student", "lesson", "score", "max_score", "status"])
-    for r in ordered:
-        w.writerow([csv_cell(r.student), csv_cell(r.lesson), f"{r.score:g}", f"{r.max_score:g}", r.status])
-    atomic_write(out / "grades.csv", buf.getvalue())
+    rows = [[printable_name(r.student), printable_name(r.lesson), f"{r.score:g}", f"{r.max_score:g}", r.status]
+            for r in ordered]
+    atomic_write(out / "grades.csv", table_text(["student", "lesson", "score", "max_score", "status"], rows))
     atomic_write(out / "results.json", json.dumps([asdict(r) for r in ordered], indent=2) + "\n")
 
 

@@ -8,14 +8,24 @@ three changes, plugged in through nbgrader's exchange API (``c.ExchangeFactory.c
 every grading workspace's ``nbgrader_config.py``, so ``course workshop collect`` and the formgrader's
 Collect button both use it); the folder layout is nbgrader's, so the Assignment List still works:
 
-* **who**: a submission counts only when its folder, and everything in it, belongs to the Unix account the
-  name says (the hub's identity: on a JupyterHub every learner is a Unix user). Anything else is refused
-  and reported; the named learner's own submissions are collected as usual.
+* **who**: a submission counts only when its folder belongs to the Unix account the name says (the hub's
+  identity: on a JupyterHub every learner is a Unix user); anything else is refused and reported. Inside
+  it, only that account's own plain files are collected: an entry of another owner is left out, reported.
 * **when**: a submission's time is when its files were last changed (the latest ``ctime`` in it, which no
   user can set back), never the name's timestamp: a forged date neither outranks a real submission nor
   passes a due date.
-* **what**: files are copied by descriptor, never through a link, and only plain files and folders of
-  that account (at most :data:`MAX_FILES`, :data:`MAX_BYTES` in all).
+* **what**: the folder is read through descriptors only (:mod:`course.grading.owned`): each component opened
+  below the one before with ``O_NOFOLLOW`` and checked on the open descriptor, so a link at any depth (the
+  notebook, a folder inside, the submission's folder itself, or one swapped in while collect runs) is never
+  followed, and a hard link, a special file or a file of another account is never read. What is left out is
+  named in the report; the learner's own files beside it are collected (at most :data:`MAX_FILES`,
+  :data:`MAX_BYTES` in all).
+
+The exchange's own folders (the course's, ``inbound/``, ``outbound/``, ``feedback/``) are made and checked by
+:func:`secure_course_folder` before collect, release and the return of feedback use them: the exchange's
+root is writable by every account, so a learner could otherwise make one of them first, as a link or as her
+own folder. :class:`CourseReleaseAssignment` and :class:`CourseReleaseFeedback` plug that check into
+nbgrader's release and release_feedback (the formgrader's buttons included).
 
 On one machine where every learner uses the same account (a demo), names cannot be told apart by owner:
 ``CourseCollect.same_account = True`` (``course workshop collect --same-account``) then trusts the names,
@@ -33,9 +43,12 @@ from collections import defaultdict
 from pathlib import Path
 
 from nbgrader.exchange.default.collect import ExchangeCollect
+from nbgrader.exchange.default.release_assignment import ExchangeReleaseAssignment as ReleaseAssignment
+from nbgrader.exchange.default.release_feedback import ExchangeReleaseFeedback as ReleaseFeedback
 from traitlets import Bool
 
-__all__ = ["CourseCollect", "verify", "refused_report", "MAX_FILES", "MAX_BYTES"]
+__all__ = ["CourseCollect", "CourseReleaseAssignment", "CourseReleaseFeedback", "verify", "read_submission",
+           "secure_course_folder", "refused_report", "MAX_FILES", "MAX_BYTES"]
 
 MAX_FILES = 1000                     # entries in one submission folder
 MAX_BYTES = 512 * 2**20              # bytes of files in one submission folder
@@ -50,49 +63,54 @@ def _account(uid: int) -> str:
         return f"uid {uid}"
 
 
-def verify(folder: Path, student: str, *, same_account: bool = False) -> tuple[datetime.datetime | None, str]:
-    """``(time, "")`` for a submission folder that belongs to ``student`` (its time: the latest ``ctime`` in
-    it, UTC), else ``(None, why)``. Never follows a link."""
+def _owner_of(student: str, top: os.stat_result, same_account: bool) -> tuple[int | None, str]:
+    """The uid whose files a submission named for ``student`` may hold, or ``(None, why)``."""
     import pwd
 
-    try:
-        top = os.lstat(folder)
-    except OSError as exc:
-        return None, f"cannot read it ({exc.strerror})"
-    if not stat.S_ISDIR(top.st_mode):
-        return None, "it is not a folder (a link or a file)"
     if same_account:
-        uid = top.st_uid
-    else:
-        try:
-            uid = pwd.getpwnam(student).pw_uid
-        except KeyError:
-            return None, (f"there is no account called {student!r} on this machine, so nobody can show they are "
-                          f"{student!r} (on one account for everyone, collect with --same-account)")
-        if top.st_uid != uid:
-            return None, (f"it belongs to {_account(top.st_uid)!r}, not to {student!r}: one learner cannot hand "
-                          "in for another")
-    latest, count, size = top.st_ctime, 0, 0
-    for here, dirs, files in os.walk(folder, followlinks=False):
-        for name in dirs + files:
-            count += 1
-            if count > MAX_FILES:
-                return None, f"it holds more than {MAX_FILES} files"
-            try:
-                st = os.lstat(os.path.join(here, name))
-            except OSError as exc:
-                return None, f"cannot read {name} ({exc.strerror})"
-            if stat.S_ISLNK(st.st_mode) or not (stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode)):
-                return None, f"{name} is a link or a special file (only the learner's own files are collected)"
-            if st.st_uid != uid:
-                return None, f"{name} belongs to {_account(st.st_uid)!r}, not to {student!r}"
-            if stat.S_ISREG(st.st_mode) and st.st_nlink > 1:
-                return None, f"{name} is a hard link (another name for a file elsewhere)"
-            size += st.st_size if stat.S_ISREG(st.st_mode) else 0
-            latest = max(latest, st.st_ctime)
-    if size > MAX_BYTES:
-        return None, f"it holds {size / 2**20:.0f} MiB, more than the {MAX_BYTES // 2**20} MiB a submission may"
-    return _utc(latest), ""
+        return top.st_uid, ""
+    try:
+        uid = pwd.getpwnam(student).pw_uid
+    except KeyError:
+        return None, (f"there is no account called {student!r} on this machine, so nobody can show they are "
+                      f"{student!r} (on one account for everyone, collect with --same-account)")
+    if top.st_uid != uid:
+        return None, (f"it belongs to {_account(top.st_uid)!r}, not to {student!r}: one learner cannot hand "
+                      "in for another")
+    return uid, ""
+
+
+def read_submission(folder: Path, student: str, *, same_account: bool = False, keep_bytes: bool = True):
+    """A submission folder read with :mod:`course.grading.owned` (descriptors only, never a link): ``(tree,
+    why)``. ``why`` says why the whole folder is refused (not a folder, not ``student``'s); otherwise
+    ``tree.refused`` lists the entries left out (links, hard links, special files, another owner's files, past
+    :data:`MAX_FILES` or :data:`MAX_BYTES`), and the learner's own files beside them are in ``tree.files``.
+    ``keep_bytes=False`` reads the files all the same (their times are taken on the open files) but keeps only
+    their sizes."""
+    from course.grading import owned
+
+    fd, why = owned.open_folder(folder.parent, [folder.name])
+    if fd is None:
+        return None, why.split(": ", 1)[-1].replace("is a symbolic link", "it is a link").replace(
+            "is not a folder", "it is not a folder (a link or a file)")
+    try:
+        uid, why = _owner_of(student, os.fstat(fd), same_account)
+        if uid is None:
+            return None, why
+        tree = owned.read_tree(fd, owner=uid, max_files=MAX_FILES, max_bytes=MAX_BYTES)
+        if not keep_bytes:
+            tree.files = {k: b"" for k in tree.files}
+        return tree, ""
+    finally:
+        os.close(fd)
+
+
+def verify(folder: Path, student: str, *, same_account: bool = False) -> tuple[datetime.datetime | None, str]:
+    """``(time, "")`` for a submission folder that belongs to ``student`` (its time: the latest ``ctime`` of
+    what it holds, UTC), else ``(None, why)``. Never follows a link; entries that are not the learner's own
+    plain files are left out (:func:`read_submission`), not counted in the time."""
+    tree, why = read_submission(folder, student, same_account=same_account, keep_bytes=False)
+    return (None, why) if tree is None else (_utc(tree.latest), "")
 
 
 def _utc(seconds: float) -> datetime.datetime:
@@ -100,41 +118,101 @@ def _utc(seconds: float) -> datetime.datetime:
     return datetime.datetime.fromtimestamp(seconds, datetime.timezone.utc).replace(tzinfo=None)
 
 
-def _copy(src: Path, dest: Path, uid: int | None) -> float:
-    """Copy the folder ``src`` to ``dest``, each file opened with ``O_NOFOLLOW`` and checked again on the
-    open descriptor (a plain file of ``uid``): a file swapped for a link after :func:`verify` is refused.
+def write_tree(tree, dest: Path) -> None:
+    """What :func:`read_submission` read, written under ``dest`` (a new folder of the instructor's): it
+    replaces ``dest`` in one rename, so a collect that stops half-way leaves the earlier copy."""
+    import shutil
+    import tempfile
 
-    Returns the latest ``ctime`` of what was copied, read on each open file after its copy: a file rewritten
-    after :func:`verify` timed the folder (a learner watching their own folder for the collector) is timed
-    by its rewrite, not by the folder's earlier state."""
-    dest.mkdir(parents=True, exist_ok=True)
-    latest = os.lstat(src).st_ctime
-    for here, dirs, files in os.walk(src, followlinks=False):
-        rel = Path(here).relative_to(src)
-        for name in dirs:
-            (dest / rel / name).mkdir(exist_ok=True)
-        for name in files:
-            fd = os.open(os.path.join(here, name), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-            try:
-                st = os.fstat(fd)
-                if not stat.S_ISREG(st.st_mode) or (uid is not None and st.st_uid != uid) or st.st_nlink > 1:
-                    raise PermissionError(f"{name} changed into something that is not the learner's own file")
-                with os.fdopen(fd, "rb", closefd=False) as fh, open(dest / rel / name, "wb") as out:
-                    remaining = MAX_BYTES
-                    while chunk := fh.read(1 << 20):
-                        remaining -= len(chunk)
-                        if remaining < 0:
-                            raise PermissionError(f"{name} grew past {MAX_BYTES // 2**20} MiB")
-                        out.write(chunk)
-                latest = max(latest, os.fstat(fd).st_ctime)
-            finally:
-                os.close(fd)
-    return latest
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{dest.name}.collecting-", dir=dest.parent))
+    try:
+        for rel in tree.folders:
+            (staging / rel).mkdir(parents=True, exist_ok=True)
+        for rel, data in tree.files.items():
+            (staging / rel).parent.mkdir(parents=True, exist_ok=True)
+            (staging / rel).write_bytes(data)
+        if dest.exists():
+            shutil.rmtree(dest)
+        os.rename(staging, dest)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
 
 
 def refused_report(root: Path, lesson: str) -> Path:
     """Where :class:`CourseCollect` writes what it refused for ``lesson`` (JSON: [{folder, student, why}])."""
     return Path(root) / "collect" / f"refused-{lesson}.json"
+
+
+# The exchange's own folders, as nbgrader makes them: (name below the course folder, mode). Learners write in
+# inbound/ only (0733: they may add a folder there, and neither list nor read the others').
+COURSE_FOLDERS = (("", 0o755), ("outbound", 0o755), ("inbound", 0o2733), ("feedback", 0o711))
+
+
+def secure_course_folder(root: Path, course_id: str) -> None:
+    """Make (or check) the exchange's folders for ``course_id`` as the instructor's own, before nbgrader
+    writes or reads in them with the instructor's rights.
+
+    The exchange's root is writable by every account (mode 1777, like /tmp), so a learner could make the
+    course folder first, or any folder in it, as a link (to a folder of root's, which nbgrader's own check of
+    the owner follows) or as a folder of hers, and have the next release, collect or return write or read
+    there. Each folder is made here with ``mkdir`` (which never follows a link), then checked without following
+    one: a real folder, owned by this account, writable by no one else (but ``inbound/``, as nbgrader means it).
+    Raises ``PermissionError`` saying which folder is wrong and what to do."""
+    root = Path(root)
+    try:
+        top = os.lstat(root)
+    except OSError as exc:
+        raise PermissionError(f"the exchange {root} cannot be read ({exc.strerror or exc})") from None
+    if stat.S_ISLNK(top.st_mode) or not stat.S_ISDIR(top.st_mode):
+        raise PermissionError(f"the exchange {root} is not a folder (a link?): make it a folder of its own")
+    if top.st_mode & 0o002 and not top.st_mode & stat.S_ISVTX:
+        raise PermissionError(f"the exchange {root} is writable by everyone without the sticky bit (mode "
+                              f"{stat.S_IMODE(top.st_mode):o}): any learner could rename the course's folder away; "
+                              f"chmod 1777 {root}")
+    me = os.geteuid()
+    for name, mode in COURSE_FOLDERS:
+        path = root / course_id / name if name else root / course_id
+        try:
+            os.mkdir(path)
+            os.chmod(path, mode)
+        except FileExistsError:
+            pass
+        st = os.lstat(path)
+        shown = f"{course_id}/{name}" if name else course_id
+        if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
+            raise PermissionError(f"the exchange's folder {shown} is a link or a file, not a folder (made by a "
+                                  f"learner's account?): remove {path}, then run the command again")
+        if st.st_uid != me:
+            raise PermissionError(f"the exchange's folder {shown} belongs to {_account(st.st_uid)!r}, not to you "
+                                  f"({_account(me)!r}): a learner's account may have made it first; remove {path}, "
+                                  "then run the command again")
+        if name != "inbound" and st.st_mode & 0o022:
+            raise PermissionError(f"the exchange's folder {shown} is writable by others (mode "
+                                  f"{stat.S_IMODE(st.st_mode):o}): chmod {mode:o} {path}")
+
+
+class CourseReleaseAssignment(ReleaseAssignment):
+    """nbgrader's release_assignment, into exchange folders made and checked by :func:`secure_course_folder`."""
+
+    def init_dest(self):
+        try:
+            secure_course_folder(Path(self.root), self.coursedir.course_id)
+        except PermissionError as exc:
+            self.fail(str(exc))
+        super().init_dest()
+
+
+class CourseReleaseFeedback(ReleaseFeedback):
+    """nbgrader's release_feedback, into exchange folders made and checked by :func:`secure_course_folder`."""
+
+    def init_dest(self):
+        try:
+            secure_course_folder(Path(self.root), self.coursedir.course_id)
+        except PermissionError as exc:
+            self.fail(str(exc))
+        super().init_dest()
 
 
 class CourseCollect(ExchangeCollect):
@@ -148,8 +226,12 @@ class CourseCollect(ExchangeCollect):
             self.fail("No course id specified. Re-run with --course flag.")
         self.course_path = os.path.join(self.root, self.coursedir.course_id)
         self.inbound_path = os.path.join(self.course_path, "inbound")
-        if not os.path.isdir(self.inbound_path):
+        if not os.path.lexists(self.inbound_path):
             self.fail(f"Course not found: {self.inbound_path}")
+        try:
+            secure_course_folder(Path(self.root), self.coursedir.course_id)
+        except PermissionError as exc:
+            self.fail(str(exc))
         student_id = self.coursedir.student_id if self.coursedir.student_id else "*"
         pattern = os.path.join(self.inbound_path, f"{glob.escape(student_id) if student_id != '*' else '*'}+"
                                                   f"{glob.escape(self.coursedir.assignment_id)}+*")
@@ -195,9 +277,10 @@ class CourseCollect(ExchangeCollect):
 
     def copy_files(self):
         """Each learner's chosen submission into ``submitted/<student>/<lesson>/`` (replacing what was collected
-        before, unless it is that very submission): the choice is :meth:`init_src`'s, by verified time."""
-        import shutil
-
+        before, unless it is that very submission): the choice is :meth:`init_src`'s, by verified time. The folder
+        is read again here, through descriptors only (:func:`read_submission`): what this copy reads is what its
+        checks saw, whatever the folder became since :meth:`init_src`. Entries that are not the learner's own plain
+        files are left out and reported; her own files beside them are collected."""
         for rec in self.src_records:
             student = rec["username"]
             src = Path(self.inbound_path) / rec["filename"]
@@ -210,22 +293,23 @@ class CourseCollect(ExchangeCollect):
                     continue
             except (OSError, ValueError, AttributeError):
                 pass
-            if dest.exists():
-                shutil.rmtree(dest)
-            uid = None if self.same_account else os.lstat(src).st_uid
-            try:
-                copied = _copy(src, dest, uid)
-            except OSError as exc:            # changed between the check and the copy: refused too
-                shutil.rmtree(dest, ignore_errors=True)
-                self.refused.append({"folder": rec["filename"], "student": student, "why": str(exc)})
+            tree, why = read_submission(src, student, same_account=self.same_account)
+            if tree is None:              # changed between the choice and the copy: refused too
+                self.refused.append({"folder": rec["filename"], "student": student, "why": why})
                 continue
-            when = max(rec["timestamp"], _utc(copied))
+            for entry in tree.refused:
+                self.refused.append({"folder": rec["filename"], "student": student,
+                                     "why": f"{entry.path} {entry.why}: left out (the rest was collected)"})
+            write_tree(tree, dest)
+            when = max(rec["timestamp"], _utc(tree.latest))
             if when > rec["timestamp"]:       # rewritten while being collected: its time is the rewrite's
                 self.log.warning("%s changed while it was collected: timed %s, not %s", rec["filename"], when,
                                  rec["timestamp"])
             mark.write_text(json.dumps({"folder": rec["filename"], "time": when.isoformat() + "Z",
                                         **({"late": True} if self.duedate is not None and when > self.duedate
-                                           else {})}) + "\n", encoding="utf-8")
+                                           else {}),
+                                        **({"left_out": [str(e) for e in tree.refused]} if tree.refused else {})})
+                            + "\n", encoding="utf-8")
             self.log.info("Collected submission: %s %s", student, self.coursedir.assignment_id)
         report = refused_report(Path(self.coursedir.root), self.coursedir.assignment_id)
         report.write_text(json.dumps(self.refused, indent=1) + "\n", encoding="utf-8")

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 from pathlib import Path
 
 from course.commands import lab
@@ -121,20 +120,20 @@ def give_back(lesson_names, *, grades=None, exchange=None, cid=None) -> dict[str
             skipped.append(student)                 # until its keys are checked and copied below
             # nbgrader matches feedback to a submission by the secret and time nbgrader submit wrote: both are the
             # learner's files, read and checked here (one bad pair stopped release_feedback for everyone).
-            secret, why = submission_keys(ws.path / "submitted" / student / l.id)
+            keys, why = submission_keys(ws.path / "submitted" / student / l.id)
             if why:
                 print(f"  {student}/{l.id}: {why}: skipped")
                 continue
-            secrets.setdefault(secret, []).append((student, page))
+            secrets.setdefault(keys["submission_secret.txt"], []).append((student, page, keys))
         for secret, holders in secrets.items():
             if len(holders) > 1:         # a page is released under its secret's hash: one would replace the other
-                print(f"  {', '.join(s for s, _ in holders)}/{l.id}: the same submission secret in {len(holders)} "
+                print(f"  {', '.join(s for s, _, _ in holders)}/{l.id}: the same submission secret in {len(holders)} "
                       "submissions (copied from another learner's?): none of them returned; ask each to submit again")
                 continue
-            student, page = holders[0]
-            submitted = ws.path / "submitted" / student / l.id
-            for n in ("timestamp.txt", "submission_secret.txt"):
-                shutil.copyfile(submitted / n, page.parent / n)
+            student, page, keys = holders[0]
+            for n, text in keys.items():              # the bytes checked, not the files read again by name
+                (page.parent / n).unlink(missing_ok=True)
+                (page.parent / n).write_text(text, encoding="utf-8")
             skipped.remove(student)
             # nbgrader's exchange gives each learner their page by name, not by owner: it is copied
             # (mode and all) to a file named by the submission's secret in a folder learners may
@@ -154,27 +153,37 @@ def give_back(lesson_names, *, grades=None, exchange=None, cid=None) -> dict[str
 SECRET = re.compile(r"[0-9a-f]{32,256}")     # nbgrader submit writes secrets.token_hex(64)
 
 
-def submission_keys(submitted: Path) -> tuple[str, str]:
-    """``(secret, "")`` for a collected submission whose ``submission_secret.txt`` and ``timestamp.txt`` are what
-    ``nbgrader submit`` writes, else ``("", why)``. Both files are the learner's own: an empty or odd secret made
-    nbgrader's release_feedback stop for every learner after this one."""
+def submission_keys(submitted: Path) -> tuple[dict[str, str], str]:
+    """``({"timestamp.txt": ..., "submission_secret.txt": ...}, "")`` for a collected submission whose two keys are
+    what ``nbgrader submit`` writes, else ``({}, why)``. Both files are the learner's own: an empty or odd secret
+    made nbgrader's release_feedback stop for every learner after this one. Read through descriptors, never a link
+    (:mod:`course.grading.owned`)."""
+    import os
+
     from nbgrader.utils import parse_utc
 
+    from course.grading import owned
+
+    fd, why = owned.open_folder(submitted.parent, [submitted.name])
+    if fd is None:
+        return {}, f"not submitted through the exchange ({why})"
     texts = {}
-    for name in ("timestamp.txt", "submission_secret.txt"):
-        path = submitted / name
-        if not path.is_file() or path.is_symlink():
-            return "", f"not submitted through the exchange ({name} missing)"
-        if path.stat().st_size > 1024:
-            return "", f"{name} is not one written by nbgrader submit (too large)"
-        texts[name] = path.read_text(encoding="utf-8", errors="replace").strip()
-    if not SECRET.fullmatch(texts["submission_secret.txt"]):
-        return "", "its submission_secret.txt is not one written by nbgrader submit (ask the learner to submit again)"
     try:
-        parse_utc(texts["timestamp.txt"])
+        for name in ("timestamp.txt", "submission_secret.txt"):
+            data, why = owned.read_file(fd, name, max_bytes=1024)
+            if data is None:
+                return {}, (f"not submitted through the exchange ({name} missing)" if "does not exist" in why
+                            else f"{name} is not one written by nbgrader submit ({why})")
+            texts[name] = data.decode("utf-8", errors="replace")
+    finally:
+        os.close(fd)
+    if not SECRET.fullmatch(texts["submission_secret.txt"].strip()):
+        return {}, "its submission_secret.txt is not one written by nbgrader submit (ask the learner to submit again)"
+    try:
+        parse_utc(texts["timestamp.txt"].strip())
     except Exception:  # noqa: BLE001 - dateutil raises several kinds
-        return "", "its timestamp.txt is not a time (ask the learner to submit again)"
-    return texts["submission_secret.txt"], ""
+        return {}, "its timestamp.txt is not a time (ask the learner to submit again)"
+    return texts, ""
 
 
 def status(*, grades=None, exchange=None, cid=None) -> None:

@@ -122,7 +122,7 @@ def _warm_up(sources) -> None:
 
         page = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("# warm"), nbformat.v4.new_code_cell("x = 1")])
         page.metadata["language_info"] = {"name": "python"}
-        feedback.render_feedback(page, set())
+        feedback.render_feedback(page)
     except Exception:  # noqa: BLE001 - an optimisation only
         pass
 

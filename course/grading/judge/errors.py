@@ -23,6 +23,14 @@ class Exhausted(WorkerGone):
     grader's, so the remaining cells score 0 and the verdict is ``kernel-died``, never ``grader-error``."""
 
 
+class NotebookLimit(Exhausted):
+    """The notebook's whole time (``--notebook-timeout``) ran out, at a restart or between cells: the remaining
+    cells score 0 and the verdict is ``timeout`` (the learner's, like :class:`Exhausted`)."""
+
+    def __init__(self, message: str):
+        super().__init__(message, timeout=True)
+
+
 class ProcessLimit(WorkerGone):
     """The test's fork could not start: the learner's code holds every process and thread its sandbox may
     have. A restart would replay the same cells into the same state, so the notebook ends here."""

@@ -16,9 +16,8 @@ import torch
 from course import checks
 from course.grading import sandbox
 from course.grading.feedback import graded_notebook, render_feedback
-from course.grading.notebooks import hidden_lines
 from course.grading.judge.explain import explained
-from course.grading.judge.errors import BUILTIN_ERRORS, Exhausted, ProcessLimit, RemoteError, WorkerGone
+from course.grading.judge.errors import BUILTIN_ERRORS, Exhausted, NotebookLimit, ProcessLimit, RemoteError, WorkerGone
 from course.grading.judge.lesson import compiled, free_names, lesson_notebook, memoised, solution_sources, trusted_context
 from course.grading.judge.remote import Remote
 from course.grading.judge.scrutiny import EVASIONS, forbidden_aliases, suspicious
@@ -143,7 +142,10 @@ class SubmissionRun:
         self.nb = nbformat.read(spec.notebook, as_version=4)
         self.source, self.memo = lesson_notebook(spec.source)
         self.timeout = int(spec.timeout)
-        self.total_deadline = time.monotonic() + int(spec.notebook_timeout)
+        # One deadline for the whole notebook (--notebook-timeout), which every cell, test, restart, replay,
+        # fork and watchdog below respects: the notebook ends within it plus one cell's limit at most.
+        self.notebook_timeout = int(spec.notebook_timeout)
+        self.total_deadline = time.monotonic() + self.notebook_timeout
         self.tests = {c.metadata.nbgrader.grade_id: c for c in self.source.cells
                       if c.cell_type == "code" and c.get("metadata", {}).get("nbgrader", {}).get("grade")}
         experiments = [c for c in self.source.cells if "experiment" in c.get("metadata", {}).get("tags", [])]
@@ -191,6 +193,8 @@ class SubmissionRun:
         for idx, cell in enumerate(self.nb.cells):
             if cell.cell_type != "code" or self.dead:
                 continue
+            if self._out_of_time(f"cell {idx}"):
+                return
             meta = cell.get("metadata", {}).get("nbgrader", {})
             gid = meta.get("grade_id")
             if gid in self.tests:
@@ -212,7 +216,7 @@ class SubmissionRun:
         # the fork has one thread (a learner's OpenMP team or tqdm's monitor thread stay in the worker).
         if self.fork is None:
             try:
-                self.fork = fork_for_tests(self.session, self.timeout)
+                self.fork = fork_for_tests(self.session, self.timeout, self.total_deadline)
             except ProcessLimit as exc:
                 results[gid] = {"passed": False, "message": str(exc), "restart": None}
                 self.events.append(Event(EventKind.DIED, f"died: process limit reached (cell {idx}); the notebook "
@@ -224,7 +228,8 @@ class SubmissionRun:
                                 "restart": "timeout" if exc.timeout else "died"}
         if gid not in results:
             if WATCHDOG.out is not None:      # the judge's own work in this cell: bounded too
-                WATCHDOG.arm(time.monotonic() + self.timeout * 1.5 + 2, gid, self.timeout, self.tests, results, self.nb)
+                WATCHDOG.arm(min(time.monotonic() + self.timeout * 1.5 + 2, self.total_deadline + 2), gid, self.timeout,
+                             self.tests, results, self.nb)
             try:
                 results[gid] = run_test(self.session, self.tests[gid], self.context, self.defined_by_student,
                                         self.timeout, self.total_deadline)
@@ -243,7 +248,7 @@ class SubmissionRun:
         try:
             if self.fork is not None:
                 self.fork, known = None, self.fork
-                end_tests(session, known, self.timeout)
+                end_tests(session, known, self.timeout, self.total_deadline)
             session.deadline = min(time.monotonic() + self.timeout, self.total_deadline)
             reply = session.request("cell", source=source, index=idx)
             self.outputs[idx] = self.shown.take(reply, after_a_test=self.tested)
@@ -269,8 +274,15 @@ class SubmissionRun:
             if self.restarts > MAX_RESTARTS:
                 raise Exhausted(f"the notebook was stopped {self.restarts} times (it died or ran out of time again "
                                 "after each restart); the remaining cells were not graded")
+            if time.monotonic() >= self.total_deadline:
+                raise NotebookLimit(self._limit_text())
             s0 = time.perf_counter()
-            session.start()
+            try:
+                session.start(until=self.total_deadline)
+            except WorkerGone:
+                if time.monotonic() >= self.total_deadline:      # the notebook's time ran out while it restarted
+                    raise NotebookLimit(self._limit_text()) from None
+                raise
             self.phase["start"] += time.perf_counter() - s0
             try:
                 for idx, src in self.executed:
@@ -285,11 +297,25 @@ class SubmissionRun:
                 continue
             return
 
+    def _limit_text(self) -> str:
+        return (f"the notebook ran past its time limit ({self.notebook_timeout} s for the whole notebook); the "
+                "remaining cells were not graded")
+
+    def _out_of_time(self, where: str) -> bool:
+        """Past the notebook's deadline: the notebook ends here (its remaining tests score 0, "not graded")."""
+        if time.monotonic() < self.total_deadline:
+            return False
+        self.events.append(Event(EventKind.TIMEOUT, f"timeout: {self._limit_text()} (at {where})"))
+        self.dead = True
+        return True
+
     def _restart_or_stop(self) -> bool:
         """:meth:`_restart`; False when the notebook ends here (the event says whose failure it was)."""
         try:
             self._restart()
             return True
+        except NotebookLimit as exc:
+            self.events.append(Event(EventKind.TIMEOUT, f"timeout: {exc}"))
         except Exhausted as exc:
             self.events.append(Event(EventKind.DIED, f"died too often: {exc}"))
         except WorkerGone as exc:
@@ -323,8 +349,7 @@ class SubmissionRun:
             judged = reply.to_json()
             try:
                 reply.autograded = nbformat.writes(graded_notebook(nb, source, release, judged, for_student=False))
-                reply.feedback_html = render_feedback(graded_notebook(nb, source, release, judged, for_student=True),
-                                                      hidden_lines(source, release))
+                reply.feedback_html = render_feedback(graded_notebook(nb, source, release, judged, for_student=True))
             except Exception as exc:  # noqa: BLE001 - feedback is a courtesy; never lose the grade over it
                 reply.feedback_error = f"{type(exc).__name__}: {exc}"
             reply.phases["feedback"] = round(time.perf_counter() - f0, 3)
@@ -434,11 +459,11 @@ def _running(session: Session, ns: dict, injected: list) -> str | None:
     return f"{cls} object" if cls in injected else None
 
 
-def fork_for_tests(session: Session, timeout: int) -> set:
+def fork_for_tests(session: Session, timeout: int, total_deadline: float = float("inf")) -> set:
     """Before a run of test cells: the worker forks, and the tests talk to the fork, which ends
     before the learner's next cell runs. What the tests send (hidden inputs included) does not survive
     into later cells. Returns the stand-ins that existed before."""
-    session.deadline = time.monotonic() + timeout
+    session.deadline = min(time.monotonic() + timeout, total_deadline)
     try:
         if session.request("test-begin") != "forked":
             raise WorkerGone("the sandbox broke the grading protocol (no fork for the tests)")
@@ -481,8 +506,8 @@ def _threads_hint(session) -> str:
             "threads inside the function that uses them, or do the work without them.")
 
 
-def end_tests(session: Session, known: set, timeout: int) -> None:
-    session.deadline = time.monotonic() + timeout
+def end_tests(session: Session, known: set, timeout: int, total_deadline: float = float("inf")) -> None:
+    session.deadline = min(time.monotonic() + timeout, total_deadline)
     try:
         if session.request("test-end") != "ended":
             raise WorkerGone("the sandbox broke the grading protocol (the tests' fork did not end)")

@@ -198,12 +198,14 @@ class Session:
                     pass
         self.rfd = self.wfd = None
 
-    def start(self):
+    def start(self, until: float = float("inf")):
+        """A fresh worker for this submission, within ``start_timeout`` and never past ``until`` (the notebook's own
+        deadline, on a restart)."""
 
         self.proxies = {}
         self.checked, self.checking = {}, []
         self.exited = False
-        self.deadline = time.monotonic() + self.start_timeout
+        self.deadline = min(time.monotonic() + self.start_timeout, until)
         try:
             if self.use_sandbox:
                 # A judge that lives on (a Dask worker's) may get a submission with other limits or modules.
