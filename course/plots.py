@@ -65,8 +65,10 @@ def bars(values, labels: Sequence[str] | None = None, *, title: str = "", ax=Non
 
 
 def curves(series: Mapping[str, Sequence[float]], *, title: str = "", xlabel: str = "step", ylabel: str = "loss",
-           ax=None, logy: bool = False, smooth: int = 1):
-    """Line plot of several named curves (training losses, accuracies); returns the axes."""
+           ax=None, logy: bool = False, smooth: int = 1, baselines: Mapping[str, float] | None = None):
+    """Line plot of several named curves (training losses, accuracies); returns the axes. ``baselines``: named
+    levels drawn as dashed grey lines (chance, a trivial predictor), so a curve is read against what no learning
+    gives."""
     if ax is None:
         _, ax = plt.subplots(figsize=(6, 3.2))
     for name, ys in series.items():
@@ -75,6 +77,8 @@ def curves(series: Mapping[str, Sequence[float]], *, title: str = "", xlabel: st
             k = smooth
             ys = [sum(ys[max(0, i - k + 1): i + 1]) / len(ys[max(0, i - k + 1): i + 1]) for i in range(len(ys))]
         ax.plot(range(len(ys)), ys, label=name)
+    for k, (name, level) in enumerate((baselines or {}).items()):
+        ax.axhline(level, color="0.35", linestyle=("--", ":", "-.")[k % 3], linewidth=1, label=name)
     if logy:
         ax.set_yscale("log")
     ax.set_xlabel(xlabel)

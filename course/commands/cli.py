@@ -26,6 +26,7 @@ INSTRUCTOR_COMMANDS = {
     "grade": ("course.grading", "grades a class's submissions with the hidden tests"),
     "dist": ("course.tools.dist", "builds the learner's copy you are using"),
     "workshop": ("course.tools.workshop", "releases lessons to a room, collects, grades and returns them"),
+    "learner-layer": ("course.tools.learner.build", "writes each lesson's diagrams, front matter and boxes from sources"),
 }
 LEARNER_COMMANDS = ("check", "doctor", "lab")
 WHERE = ("it lives in the instructor's copy of the course (its repository, with solutions/ and the grading "
@@ -91,6 +92,24 @@ def _cmd_release(args) -> int:
         return 1
     verb = "match their solutions" if args.check else "regenerated"
     print(f"{len(lessons)} student notebooks {verb}: {', '.join(l.id for l in lessons)}")
+    return 0
+
+
+def _cmd_learner_layer(args) -> int:
+    from course.commands.lessons import resolve
+    from course.tools.learner.build import build, import_measured
+
+    if args.measured:
+        written = import_measured(Path(args.measured), root_of_package())
+        print(f"course learner-layer: measurements of {', '.join(written) or 'no lesson'} written to docs/measured/")
+    lessons = [lesson.id for lesson in resolve(args.lessons)] if args.lessons else None
+    problems = build(lessons, check=args.check)
+    for problem in problems:
+        print(f"course learner-layer: {problem}", file=sys.stderr)
+    if problems:
+        return 1
+    print("course learner-layer: " + ("every lesson's learner's layer is up to date" if args.check else
+                                      "written into solutions/; now run `course release` (same lessons)"))
     return 0
 
 
@@ -293,6 +312,16 @@ def build_parser() -> argparse.ArgumentParser:
     rel.add_argument("lessons", nargs="*", metavar="LESSON", help="lesson ids or prefixes (default: all)")
     rel.add_argument("--check", action="store_true", help="do not write; fail if committed student notebooks differ")
     rel.set_defaults(func=_cmd_release)
+
+    ll = sub.add_parser("learner-layer", help="write each lesson's diagrams, front matter and over-seeds boxes from sources",
+                        description="Draw every lesson's diagrams (course/tools/learner/lessons/) into its Markdown as "
+                                    "cell attachments, write its front matter and its over-seeds boxes, and the "
+                                    "learner's path in docs/learners.md. Then run `course release`.")
+    ll.add_argument("lessons", nargs="*", metavar="LESSON", help="lesson ids or prefixes (default: all)")
+    ll.add_argument("--check", action="store_true", help="do not write; fail if a lesson is not up to date")
+    ll.add_argument("--measured", default=None, metavar="REPORT",
+                    help="first read a `course run --seeds` report.json into docs/measured/")
+    ll.set_defaults(func=_cmd_learner_layer)
 
     c = sub.add_parser("check", help="run a notebook's public tests and report each one",
                        description="Execute your notebook (smoke profile) and report every public test in plain words. "

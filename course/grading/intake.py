@@ -273,7 +273,8 @@ def against_release(nb, release):
     metadata is the release's for the cell it claims to be (by nbgrader ``grade_id`` and type, its first copy
     only), else none: nothing a learner writes in metadata (a ``grade_id`` holding markup, tags, widget state,
     attachments) reaches the graded notebook, the formgrader or a page. Markdown and raw cells that are not
-    the lesson's own text become fenced plain text. A later copy of a lesson's test cell keeps that cell's
+    the lesson's own text become fenced plain text; the lesson's own keep the release's attachments (its
+    diagrams). A later copy of a lesson's test cell keeps that cell's
     metadata for the judge, which ignores it and reports it. ``notes``: what was changed, for the detail;
     ``flags``: nbgrader metadata the lesson does not have (a submission that forges cells), reported as
     suspicious."""
@@ -308,6 +309,8 @@ def against_release(nb, release):
             new = nbformat.v4.new_code_cell(source, metadata=metadata)
         elif cell.cell_type == "markdown" and source in lesson_text and not metadata:
             new = nbformat.v4.new_markdown_cell(source, metadata=copy.deepcopy(dict(lesson_text[source].metadata)))
+            if lesson_text[source].get("attachments"):      # the lesson's diagrams: the release's own, never the learner's
+                new["attachments"] = copy.deepcopy(dict(lesson_text[source].attachments))
         elif cell.cell_type == "markdown" and metadata:
             new = nbformat.v4.new_markdown_cell(source, metadata=metadata)
         else:
