@@ -38,7 +38,8 @@ from course.commands.lessons import all_lessons  # noqa: E402
 
 TITLE = "Attention and Transformers, step by step"
 # Pages in the order of the site's table of contents (the README is the home page).
-GUIDES = ["docs/learners.md", "docs/instructors.md", "docs/workshops.md", "deploy/tljh/README.md", "deploy/z2jh/README.md",
+GUIDES = ["docs/learners.md", "docs/notation.md", "docs/glossary.md",
+          "docs/instructors.md", "docs/workshops.md", "deploy/tljh/README.md", "deploy/z2jh/README.md",
           "docs/benchmarks.md", "docs/design.md", "docs/threat-model.md", "docs/gpu-2026-11-25.md", "book/README.md"]
 OTHERS = ["CONTRIBUTING.md", "CHANGELOG.md"]
 # What an experiment cell's outputs may carry onto a page: pictures, tables and text. Widget views
@@ -77,8 +78,25 @@ def lesson_page(student: Path, executed: Path) -> dict:
     return nb
 
 
+def front_page() -> str:
+    """The site's home page: what the course is, then the learner's path (from docs/learners.md), then the way in."""
+    learners = (ROOT / "docs" / "learners.md").read_text(encoding="utf-8")
+    path = learners.split("## Your path through the course", 1)[1].split("\n## ", 1)[0]
+    path = re.sub(r"\]\((notation|glossary)\.md\)", r"](docs/\1.md)", path)
+    path = re.sub(r"<!-- learner-path:(begin|end)[^>]*-->\n?", "", path)
+    for lesson in all_lessons(ROOT):                     # each row of the path links to its lesson's page
+        path = re.sub(rf"^\| ({lesson.id[:2]} [^|]*?) \|", rf"| [\1](lessons/{lesson.id}.ipynb) |", path, flags=re.M)
+    intro = (ROOT / "README.md").read_text(encoding="utf-8").split("\n\n")[1]
+    return "\n".join([
+        f"# {TITLE}", "", intro, "",
+        "Start with lesson 00 in the table below, read the [set-up](docs/learners.md) when you want to run the "
+        "lessons yourself, and see [About the course](README.md) for what it is and how it is built.", "",
+        "## Your path through the course", path.rstrip(), ""])
+
+
 def myst_yml(lessons: list[str], theme: Path) -> str:
-    toc = ["    - file: README.md", "    - title: Lessons", "      children:"]
+    toc = ["    - file: index.md", "    - file: README.md", "      title: About the course", "    - title: Lessons",
+           "      children:"]
     toc += [f"        - file: lessons/{lesson}.ipynb" for lesson in lessons]
     toc += ["    - title: Guides", "      children:"] + [f"        - file: {g}" for g in GUIDES]
     toc += [f"    - file: {o}" for o in OTHERS]
@@ -123,6 +141,7 @@ def stage(results: Path, dest: Path, theme: Path) -> list[str]:
         shutil.copy2(ROOT / rel, dest / rel)
     for picture in (ROOT / "docs").glob("*.png"):
         shutil.copy2(picture, dest / "docs" / picture.name)
+    (dest / "index.md").write_text(front_page(), encoding="utf-8")
     (dest / "myst.yml").write_text(myst_yml(lessons, theme), encoding="utf-8")
     return lessons
 

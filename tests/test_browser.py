@@ -228,12 +228,20 @@ def learner(tmp_path_factory):
     lab.stop()
 
 
+def _attachment_probe(message) -> bool:
+    """JupyterLab puts a rendered Markdown image in the page with its ``attachment:`` address before it resolves it
+    to the cell's attachment, and Chromium logs the first load as an unknown scheme: the lesson's diagrams (cell
+    attachments) show all the same (tests/test_browser.py::test_diagrams_show_in_jupyterlab_and_in_the_notebook_alone)."""
+    return "ERR_UNKNOWN_URL_SCHEME" in message.text
+
+
 class Watched:
     """A page whose console errors and page errors are collected; a screenshot is kept on failure."""
 
     def __init__(self, page, name: str):
         self.page, self.name, self.errors = page, re.sub(r"[^\w.-]+", "_", name), []
-        page.on("console", lambda m: self.errors.append(f"console.{m.type}: {m.text}") if m.type == "error" else None)
+        page.on("console", lambda m: self.errors.append(f"console.{m.type}: {m.text}")
+                if m.type == "error" and not _attachment_probe(m) else None)
         page.on("pageerror", lambda e: self.errors.append(f"page error: {e}"))
 
     def fail(self, message: str):
@@ -378,6 +386,51 @@ def test_student_notebook_stub_and_validate(browser, learner):
         open_notebook(w, learner, filled)
         validate_passes(w)
         learner.close_sessions()
+
+
+def _diagram_count(lesson: str) -> int:
+    nb = nbformat.read(str(ROOT / "notebooks" / lesson / f"{lesson}.ipynb"), as_version=4)
+    return sum(len(re.findall(r"\]\(attachment:[^)]+\.png\)", c.source)) for c in nb.cells if c.cell_type == "markdown")
+
+
+def test_diagrams_show_in_jupyterlab_and_in_the_notebook_alone(browser, learner, tmp_path):
+    """The lessons' diagrams are cell attachments: JupyterLab shows every one of lesson 05's (rendered Markdown,
+    loaded, not blank); and each student notebook copied alone into an empty folder (as Colab, or a learner
+    who downloads one file, has it), converted by nbconvert and opened from the disk with every request
+    refused, shows all of its diagrams: nothing is read from beside the notebook or from the network."""
+    lesson = "05_self_attention"
+    with watched_page(browser, f"diagrams-{lesson}", learner) as w:
+        open_notebook(w, learner, f"notebooks/{lesson}/{lesson}.ipynb")
+        page = w.page
+        page.evaluate("() => window.jupyterapp.shell.currentWidget.content.widgets.forEach(c => c.inViewport = true)")
+        want = _diagram_count(lesson)
+        page.wait_for_function("(n) => [...document.querySelectorAll('.jp-MarkdownOutput img')]"
+                               ".filter(i => i.complete && i.naturalWidth > 100).length >= n", arg=want, timeout=60_000)
+        loaded = page.locator(".jp-MarkdownOutput img").evaluate_all("els => els.filter(e => e.naturalWidth > 100).map(e => e.src)")
+        w.check(len(loaded) >= want, f"JupyterLab shows {len(loaded)} of lesson 05's {want} diagrams")
+        w.check(all(png_ink(src) > 0.01 for src in loaded), "a diagram shows blank in JupyterLab")
+        learner.close_sessions()
+
+    from nbconvert import HTMLExporter
+
+    ctx = browser.new_context()
+    ctx.route("**/*", lambda r: r.continue_() if r.request.url.startswith("file://") else r.abort())
+    page = ctx.new_page()
+    try:
+        for lesson in LESSONS:
+            want = _diagram_count(lesson)
+            if not want:
+                continue
+            alone = tmp_path / lesson
+            alone.mkdir()
+            shutil.copy2(ROOT / "notebooks" / lesson / f"{lesson}.ipynb", alone / f"{lesson}.ipynb")
+            html, _ = HTMLExporter().from_notebook_node(nbformat.read(str(alone / f"{lesson}.ipynb"), as_version=4))
+            (alone / "page.html").write_text(html, encoding="utf-8")
+            page.goto((alone / "page.html").as_uri())
+            shown = page.evaluate("[...document.images].filter(i => i.complete && i.naturalWidth > 100).length")
+            assert shown >= want, f"{lesson}, the notebook alone: {shown} of its {want} diagrams show"
+    finally:
+        ctx.close()
 
 
 def _change(control, kind: str, page) -> str | None:

@@ -107,6 +107,18 @@ def _slug(lesson: str) -> str:
     return "lessons/" + re.sub(r"^\d+_", "", lesson).replace("_", "-")
 
 
+def _diagrams(lesson: str) -> list:
+    """The diagrams the lesson's student notebook shows (by the registered alt text)."""
+    import nbformat
+
+    from course.tools.learner.build import IMAGE
+    from course.tools.learner.lessons import all_diagrams
+
+    nb = nbformat.read(str(ROOT / "notebooks" / lesson / f"{lesson}.ipynb"), as_version=4)
+    names = {name for c in nb.cells if c.cell_type == "markdown" for _, name in IMAGE.findall(c.source)}
+    return [d for d in all_diagrams().values() if d.name in names]
+
+
 def _status(url: str) -> int:
     try:
         with urllib.request.urlopen(url, timeout=30) as r:
@@ -122,7 +134,7 @@ def test_site_pages_links_images_math_plots_and_no_solution(site, served):
     for doc in ("learners", "instructors", "workshops", "benchmarks", "design", "threat-model"):
         assert any(p.endswith(doc) for p in pages), f"no page for docs/{doc}.md among {pages}"
 
-    problems, checked_links = [], {}
+    problems, checked_links, diagrams_seen = [], {}, {}
     pw = sync_api.sync_playwright().start()
     browser = pw.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"])
     ctx = browser.new_context(viewport={"width": 1200, "height": 900})
@@ -198,6 +210,13 @@ def test_site_pages_links_images_math_plots_and_no_solution(site, served):
                     with urllib.request.urlopen(plots[0], timeout=30) as r:
                         if ink(base64.b64encode(r.read()).decode()) < BLANK:
                             problems.append(f"{lesson}: its first plot is blank")
+                # Its diagrams (cell attachments in the notebook), each shown and loaded, with its alt text.
+                shown = page.evaluate("[...document.images].filter(i => i.naturalWidth > 100).map(i => i.alt)")
+                missing = [d.name for d in _diagrams(lesson) if not any(" ".join(d.alt.split()[:8]) in " ".join(
+                    (a or "").split()) for a in shown)]
+                if missing:
+                    problems.append(f"{lesson}: its page does not show the diagrams {missing}")
+                diagrams_seen[lesson] = len(_diagrams(lesson)) - len(missing)
                 if "Write your solution here" not in text:
                     problems.append(f"{lesson}: its page does not show the exercises' stubs")
                 if "BEGIN HIDDEN TESTS" in text or "BEGIN SOLUTION" in text:
@@ -209,6 +228,7 @@ def test_site_pages_links_images_math_plots_and_no_solution(site, served):
             browser.close()
         pw.stop()
     problems += [f"requested from outside the site: {u}" for u in sorted(set(outside))]
+    print("diagrams shown per lesson page:", diagrams_seen)
     assert not problems, f"{len(problems)} problems on the site ({len(pages)} pages):\n" + "\n".join(problems[:40])
 
     # No page holds a solution line or a hidden-test line: course dist's audit, on the built pages.

@@ -84,7 +84,7 @@ def render_front(item: Front, titles: dict[str, str], est: dict) -> str:
     """The front-matter cell's Markdown."""
     needs = []
     if item.lessons:
-        named = [f"{lid[:2]} ({titles.get(lid, lid)})" for lid in item.lessons]
+        named = [f"{lid[:2]} ({titles.get(lid, lid).split(':')[0]})" for lid in item.lessons]
         needs.append(("lesson " if len(named) == 1 else "lessons ") + (", ".join(named[:-1]) + " and " + named[-1]
                                                                        if len(named) > 1 else named[0]))
     needs.append(item.needs)
@@ -221,7 +221,7 @@ def _lesson_notebook(nb, lesson: str, diagrams: dict, fronts: dict, titles: dict
 
 def path_table(fronts: dict, titles: dict, base: Path) -> str:
     """The learner's path as a Markdown table: every lesson, core or optional, what it needs, its study time."""
-    rows = ["| lesson | | builds on | study time |", "| --- | --- | --- | --- |"]
+    rows = ["| lesson | core or optional | builds on | study time |", "| --- | --- | --- | --- |"]
     for lesson in all_lessons(base):
         item = fronts.get(lesson.id)
         if item is None:

@@ -7,8 +7,9 @@ from course.tools.learner.draw import Sheet
 
 L = "05_self_attention"
 
-front(L, level="core", part="Attention", lessons=("03_attention_scores", "04_multi_hop_attention"),
-      needs="matrix products and transposes; softmax as in lesson 00; PyTorch tensors, broadcasting and `nn.Module`",
+front(L, level="core", part="Attention", lessons=("03_attention_scores",),
+      needs="lesson 04 (optional) reads a memory with one controller, the idea this lesson gives every position; "
+            "matrix products and transposes; PyTorch tensors, broadcasting and `nn.Module`",
       objectives=[
           "Write scaled dot-product attention for any batch and head dimensions, equal to PyTorch's "
           "`F.scaled_dot_product_attention`.",
