@@ -223,7 +223,9 @@ def test_a_folder_swapped_for_a_link_during_collect_is_never_followed(learners, 
 def test_exchange_folders_a_learner_made_first_stop_release_and_return(learners, tmp_path):
     """The exchange's root is writable by every account (1777): a learner may make the course's folder, or its
     feedback folder, before the instructor does, as a link to a folder of root's (nbgrader's own check follows
-    it) or as her own. Release, collect and return then refuse to use it, and say which folder and what to do."""
+    it) or as her own. Release, collect and return then refuse to use it, and say which folder and what to do,
+    before nbgrader does anything (its unrelease removed a folder of root's through such a link). An exchange
+    whose root a learner owns is refused too: in a sticky folder its owner may rename the instructor's folders."""
     from course.tools import exchange
 
     work = Path(tempfile.mkdtemp(prefix="course-premade-"))
@@ -252,6 +254,34 @@ def test_exchange_folders_a_learner_made_first_stop_release_and_return(learners,
         os.chmod(root, 0o777)                                   # world-writable without the sticky bit
         with pytest.raises(PermissionError, match="sticky"):
             exchange.secure_course_folder(root, COURSE)
+        os.chmod(root, 0o1777)
+
+        # Before the first release, a link where the course's folder goes, whose outbound/ is a folder of root's:
+        # release refuses before nbgrader's unrelease removes anything, and nothing of that folder moves.
+        fresh = work / "fresh-exchange"
+        fresh.mkdir()
+        fresh.chmod(0o1777)
+        victim = work / "roots-lessons"
+        (victim / "outbound" / LESSON).mkdir(parents=True)
+        (victim / "outbound" / LESSON / "keep.txt").write_text("root's")
+        os.chmod(victim / "outbound" / LESSON / "keep.txt", 0o600)
+        r = as_user(MALLORY, "ln", "-s", str(victim), str(fresh / COURSE), cwd="/")
+        assert r.returncode == 0, r.stdout + r.stderr
+        env = dict(os.environ, COURSE_EXCHANGE=str(fresh), COURSE_GRADES=str(work / "grades"), COURSE_ID=COURSE)
+        r = subprocess.run([sys.executable, "-m", "course.commands.cli", "workshop", "release", LESSON], cwd=ROOT,
+                           env=env, capture_output=True, text=True, timeout=600)
+        assert r.returncode != 0 and "is a link" in r.stdout + r.stderr, r.stdout + r.stderr
+        assert (victim / "outbound" / LESSON / "keep.txt").read_text() == "root's"
+        assert oct(os.stat(victim / "outbound" / LESSON / "keep.txt").st_mode & 0o777) == oct(0o600)
+
+        # An exchange whose root a learner owns: its owner could rename the course's folders at will. Refused.
+        hers = work / "hers"
+        hers.mkdir()
+        shutil.chown(hers, MALLORY, MALLORY)
+        hers.chmod(0o1777)
+        with pytest.raises(PermissionError, match=f"belongs to '{MALLORY}'"):
+            exchange.secure_course_folder(hers, COURSE)
+        assert not (hers / COURSE).exists()
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
@@ -308,3 +338,35 @@ def test_feedback_is_returned_only_under_a_secret_nbgrader_submit_could_have_wri
     assert not (tmp_path / "feedback" / "mallory" / L / "submission_secret.txt").exists()
     for student in ("eve", "zed", "bob, mallory"):
         assert f"{student}/{L}" in said, said
+
+
+def test_deep_folders_and_huge_files_in_a_submission_stall_nothing(tmp_path):
+    """A learner's folder nested 995 deep stopped collect for everyone (a RecursionError out of the reader), and a
+    500 MiB sparse file cost a second and its size in memory at every check. The reader walks with a stack of its
+    own and refuses what is nested past 32 folders; the check reads no file (keep_bytes=False); both are left out,
+    reported, and the notebook beside them is collected."""
+    import os
+
+    from course.tools import exchange
+
+    folder = tmp_path / "mallory+lesson+2026-01-01 00:00:00.000000 UTC"
+    folder.mkdir()
+    fd = os.open(folder, os.O_RDONLY)
+    for _ in range(995):                              # each level made below the one before (paths get long)
+        os.mkdir("d", dir_fd=fd)
+        inner = os.open("d", os.O_RDONLY, dir_fd=fd)
+        os.close(fd)
+        fd = inner
+    os.close(fd)
+    (folder / "lesson.ipynb").write_text("mine")
+    with open(folder / "big.bin", "wb") as fh:
+        fh.truncate(600 * 2**20)                      # sparse: costs no disk
+    try:
+        for keep in (False, True):
+            tree, why = exchange.read_submission(folder, "mallory", same_account=True, keep_bytes=keep)
+            assert why == "" and "lesson.ipynb" in tree.files, (why, tree)
+            said = " ".join(str(r) for r in tree.refused)
+            assert "nested more than 32 folders deep" in said and "big.bin" in said, said
+        assert os.path.getsize(folder / "big.bin") == 600 * 2**20
+    finally:                                          # shutil.rmtree (pytest's clean-up) recurses: undone here
+        subprocess.run(["rm", "-rf", str(folder)], check=False)

@@ -9,8 +9,10 @@
   a comma, a semicolon, a tab, a space, a pipe or a colon, has no cell that starts a formula, and the refused
   names are written as printable escapes;
 * **the notebook's time limit is a ceiling**: a notebook whose first cells sleep just under the cell limit
-  and whose every later cell runs past it (so each restart replays the sleeping cells) finishes within its
-  notebook limit plus one cell's limit.
+  and whose every later cell runs past it (so each restart replays the sleeping cells), one that fills /tmp
+  with a million empty folders (the clean-up after it), and one whose tests' fence cannot finish (a thread
+  stuck in a spawn, processes restarted as they are ended) each finish within their notebook limit plus one
+  cell's limit.
 
 The exchange's class (links in a learner's own folder, a folder swapped during collect, exchange folders a
 learner made first) is proven with real Unix users in tests/test_exchange.py.
@@ -70,6 +72,58 @@ def _with_guesses(guesses: list[str]):
     return nb
 
 
+# Red team 5 against the notebook's ceiling: the clean-up after a notebook that filled /tmp with empty folders
+# (about 2.6 times as long to remove as to make), and a fence before the tests that the sandbox's PID 1 cannot
+# finish quickly (a thread stuck in a spawn whose child blocks on a FIFO, and processes restarted as they are ended).
+WIPE_CELL = """import os, time
+t0, n = time.monotonic(), 0
+fd = os.open('/tmp', os.O_RDONLY)
+while time.monotonic() - t0 < 3.0:
+    for _ in range(500):
+        os.mkdir(f'w{os.getpid()}-{time.monotonic_ns()}-{n}', dir_fd=fd); n += 1
+"""
+STALL_CELL = r'''import os, time, threading, ctypes, signal
+def _age():
+    start = int(open('/proc/self/stat').read().rpartition(')')[2].split()[19]) / os.sysconf('SC_CLK_TCK')
+    return float(open('/proc/uptime').read().split()[0]) - start
+if not os.path.exists('/tmp/stall-fifo'):
+    os.mkfifo('/tmp/stall-fifo')
+libc = ctypes.CDLL(None)
+def _stall():
+    while True:
+        fa = ctypes.create_string_buffer(512)
+        libc.posix_spawn_file_actions_init(fa)
+        libc.posix_spawn_file_actions_addopen(fa, 0, b'/tmp/stall-fifo', os.O_RDONLY, 0)
+        pid = ctypes.c_int()
+        libc.posix_spawn(ctypes.byref(pid), b'/bin/true', fa, None, (ctypes.c_char_p * 2)(b'/bin/true', None), None)
+def _respawn():
+    parent = os.getppid()
+    for i in range(200000):
+        pid = ctypes.c_int()
+        libc.posix_spawn(ctypes.byref(pid), b'/bin/sleep', None, None, (ctypes.c_char_p * 3)(b'/bin/sleep', b'60', None), None)
+        try:
+            while os.waitpid(-1, os.WNOHANG)[0]:
+                pass
+        except ChildProcessError:
+            pass
+        if i % 20 == 0:
+            try:
+                os.kill(parent, signal.SIGCONT)
+            except OSError:
+                pass
+        time.sleep(0.0005)
+os.register_at_fork(after_in_child=lambda: threading.Thread(target=_respawn, daemon=True).start())
+threading.Thread(target=_stall, daemon=True).start()
+'''
+
+
+def _before_tests(cells: list[str]):
+    nb = build_submission(LESSON)
+    first_test = next(i for i, c in enumerate(nb.cells) if c.metadata.get("nbgrader", {}).get("grade"))
+    nb.cells[first_test:first_test] = [nbformat.v4.new_code_cell(c) for c in cells]
+    return nb
+
+
 def _sleeping():
     """Its first learner cells sleep just under the cell limit; every later learner cell runs past it."""
     nb = build_submission(LESSON)
@@ -88,6 +142,9 @@ def graded(tmp_path_factory):
     write_submission(subs, "guess-right", LESSON, _with_guesses(guesses))
     write_submission(subs, "guess-wrong", LESSON, _with_guesses([_wrong(g) for g in guesses]))
     write_submission(subs, "sleeper", LESSON, _sleeping())
+    write_submission(subs, "wiper", LESSON, _before_tests([WIPE_CELL] * 3))
+    sleep = f"import time\ntime.sleep(max(0.0, min({TIMEOUT} - 0.6, {NOTEBOOK_TIMEOUT} - 3.0 - _age())))"
+    write_submission(subs, "fencer", LESSON, _before_tests([STALL_CELL] + [sleep] * 8))
     for name in FORMULA_NAMES:
         write_submission(subs, name, LESSON, build_submission(LESSON))
     write_submission(subs, "honest", "=cmd|' /C calc'!A0", build_submission(LESSON))
@@ -147,12 +204,18 @@ def test_every_table_for_spreadsheets_is_formula_free_under_any_separator(graded
     shown = {r["student"] for r in rows}
     assert "x\\x3b\\x3d1+2" in shown and "tab\\x09\\x3dcmd" in shown and "line\\x0a\\x3d2" in shown, shown
     assert any(r["lesson"].startswith("\\x3dcmd") for r in rows), rows
-    assert len(rows) == 3 + len(FORMULA_NAMES) + 1, rows
+    assert len(rows) == 5 + len(FORMULA_NAMES) + 1, rows
 
 
 def test_a_notebook_whose_every_cell_times_out_ends_within_its_limit(graded):
     out, _, proc = graded
-    r = results_by_key(out / "results.json")[("sleeper", LESSON)]
+    results = results_by_key(out / "results.json")
+    r = results[("sleeper", LESSON)]
     assert r["status"] == "timeout", r
-    assert r["seconds"] <= NOTEBOOK_TIMEOUT + TIMEOUT, (r["seconds"], r["detail"])
     assert "notebook" in r["detail"], r["detail"]
+    # the clean-up after a notebook that filled /tmp, and a fence that cannot finish, are the notebook's time too
+    # (the judge's own clock for the notebook, phases["judge"]: the batch's "seconds" also holds the grader's intake
+    # and, for a slot's first submission, the judge's start, which are the grader's costs, not the notebook's)
+    for student in ("sleeper", "wiper", "fencer"):
+        r = results[(student, LESSON)]
+        assert r["phases"]["judge"] <= NOTEBOOK_TIMEOUT + TIMEOUT, (student, r["phases"], r["status"], r["detail"][:500])

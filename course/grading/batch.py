@@ -497,8 +497,9 @@ def _startup_line(startup: dict, first: list, t_start: float) -> str:
         [f"{name} {seconds:.1f} s" for name, seconds in startup.items()]
     if first:
         started, asked, answered, phases = min(first, key=lambda f: f[2])
-        work = sum(phases.values()) - phases.get("start", 0.0)      # grading that submission itself
-        waited = max(0.0, answered - asked - sum(phases.values()))
+        parts_sum = sum(v for k, v in phases.items() if k != "judge")    # ("judge": their total, not a phase)
+        work = parts_sum - phases.get("start", 0.0)      # grading that submission itself
+        waited = max(0.0, answered - asked - parts_sum)
         # Each judge launches its warm sandbox as it starts: the sandbox's wait is what was left after the judge's.
         parts += [f"judge start {waited:.1f} s (after {asked - started:.1f} s alongside the above)",
                   f"warm sandbox {phases.get('start', 0.0):.1f} s more"]

@@ -27,6 +27,7 @@ from pathlib import Path
 
 __all__ = ["Refusal", "Tree", "open_folder", "read_tree", "read_file", "entry_problem"]
 
+MAX_DEPTH = 32                      # folders below a submission's own: a lesson needs one or two
 _DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
 _FILE = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
 
@@ -149,58 +150,81 @@ def read_file(dir_fd: int, name: str, *, owner: int | None = None, max_bytes: in
         os.close(fd)
 
 
-def read_tree(folder_fd: int, *, owner: int | None, max_files: int, max_bytes: int) -> Tree:
+def read_tree(folder_fd: int, *, owner: int | None, max_files: int, max_bytes: int, max_depth: int = MAX_DEPTH,
+              keep_bytes: bool = True) -> Tree:
     """Every plain file and folder below the open folder ``folder_fd``, read through descriptors only.
 
     An entry that is a link, a hard link, a special file, or not ``owner``'s (when given) is refused and
-    listed, and what is beside it is still read. Past ``max_files`` entries or ``max_bytes`` in all, the rest
-    is refused. ``folder_fd`` stays open (the caller's)."""
+    listed, and what is beside it is still read. Past ``max_files`` entries, ``max_bytes`` in all or ``max_depth``
+    folders deep, the rest is refused. Walked with a stack of its own, not by recursion: no nesting a learner
+    makes can exhaust the reader's. ``keep_bytes=False`` opens and checks every file but reads none (the
+    sizes and times come from ``fstat``). ``folder_fd`` stays open (the caller's)."""
     tree = Tree(latest=os.fstat(folder_fd).st_ctime)
-    count = [0]
-
-    def walk(fd: int, rel: str) -> None:
-        try:
-            names = sorted(os.listdir(fd))
-        except OSError as exc:
-            tree.refused.append(Refusal(rel, f"cannot be listed ({exc.strerror or exc})"))
-            return
-        for name in names:
-            path = f"{rel}/{name}" if rel else name
-            count[0] += 1
-            if count[0] > max_files:
-                tree.refused.append(Refusal(path, f"is past the {max_files} files a submission may hold"))
-                continue
+    count = 0
+    stack = [(os.dup(folder_fd), "", 0)]
+    try:
+        while stack:
+            fd, rel, depth = stack.pop()
             try:
-                st = os.stat(name, dir_fd=fd, follow_symlinks=False)
-            except OSError as exc:
-                tree.refused.append(Refusal(path, f"cannot be read ({exc.strerror or exc})"))
-                continue
-            child, why = _opened(name, fd, _DIR if stat.S_ISDIR(st.st_mode) else _FILE)
-            if child is None:
-                tree.refused.append(Refusal(path, why))
-                continue
-            try:
-                opened = os.fstat(child)
-                problem = entry_problem(opened, owner)
-                if problem:
-                    tree.refused.append(Refusal(path, problem))
+                try:
+                    names = sorted(os.listdir(fd))
+                except OSError as exc:
+                    tree.refused.append(Refusal(rel, f"cannot be listed ({exc.strerror or exc})"))
                     continue
-                if stat.S_ISDIR(opened.st_mode):
-                    tree.folders.append(path)
-                    walk(child, path)
-                else:
-                    left = max_bytes - tree.size
-                    with os.fdopen(child, "rb", closefd=False) as fh:
-                        data = fh.read(left + 1)
-                    if len(data) > left:
-                        tree.refused.append(Refusal(path, f"is past the {max_bytes // 2**20} MiB a submission may hold"))
+                for name in names:
+                    path = f"{rel}/{name}" if rel else name
+                    count += 1
+                    if count > max_files:
+                        tree.refused.append(Refusal(path, f"is past the {max_files} files a submission may hold"))
                         continue
-                    tree.size += len(data)
-                    tree.files[path] = data
-                tree.latest = max(tree.latest, os.fstat(child).st_ctime)
+                    try:
+                        st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+                    except OSError as exc:
+                        tree.refused.append(Refusal(path, f"cannot be read ({exc.strerror or exc})"))
+                        continue
+                    is_dir = stat.S_ISDIR(st.st_mode)
+                    if is_dir and depth + 1 > max_depth:
+                        tree.refused.append(Refusal(path, f"is nested more than {max_depth} folders deep"))
+                        continue
+                    child, why = _opened(name, fd, _DIR if is_dir else _FILE)
+                    if child is None:
+                        tree.refused.append(Refusal(path, why))
+                        continue
+                    keep_open = False
+                    try:
+                        opened = os.fstat(child)
+                        problem = entry_problem(opened, owner)
+                        if problem:
+                            tree.refused.append(Refusal(path, problem))
+                            continue
+                        if stat.S_ISDIR(opened.st_mode):
+                            tree.folders.append(path)
+                            stack.append((child, path, depth + 1))
+                            keep_open = True
+                        else:
+                            left = max_bytes - tree.size
+                            if not keep_bytes:
+                                size = opened.st_size
+                                data = b""
+                            else:
+                                with os.fdopen(child, "rb", closefd=False) as fh:
+                                    data = fh.read(left + 1)
+                                size = len(data)
+                            if size > left:
+                                tree.refused.append(Refusal(path, f"is past the {max_bytes // 2**20} MiB a submission "
+                                                                  "may hold"))
+                                continue
+                            tree.size += size
+                            tree.files[path] = data
+                        tree.latest = max(tree.latest, os.fstat(child).st_ctime)
+                    finally:
+                        if not keep_open:
+                            os.close(child)
             finally:
-                os.close(child)
-
-    walk(folder_fd, "")
+                os.close(fd)
+    finally:
+        for fd, _, _ in stack:                  # what is left open after an error
+            os.close(fd)
+    tree.folders.sort(key=lambda f: (f.count("/"), f))
     tree.latest = max(tree.latest, os.fstat(folder_fd).st_ctime)
     return tree

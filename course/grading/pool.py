@@ -240,12 +240,20 @@ class Judges:
             self._kill(slot)
             return Reply(error=f"the judge process answered something unreadable ({str(exc)[:200]})")
         if answer.judge_exits:                                       # its watchdog stopped it: a fresh one next
-            self._kill(slot)
+            # Reaped in the background: a judge whose sandbox takes seconds to die (thousands of processes) must
+            # not make this submission's result wait, nor count them in its time (the notebook's ceiling).
+            with self._lock:
+                gone = self.procs.pop(slot, None)           # taken now: the slot's next submission gets a new judge
+            threading.Thread(target=self._end, args=(gone,), daemon=True, name="judge-reaper").start()
         return answer
 
     def _kill(self, slot: int) -> None:
         with self._lock:
             p = self.procs.pop(slot, None)
+        self._end(p)
+
+    def _end(self, p) -> None:
+        """Kill one judge process (and its sandboxes) and reap it."""
         if p is None:
             return
         if isinstance(p, ForkedJudge):                # a session of its own, its sandboxes die with it

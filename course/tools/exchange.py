@@ -43,11 +43,12 @@ from collections import defaultdict
 from pathlib import Path
 
 from nbgrader.exchange.default.collect import ExchangeCollect
+from nbgrader.exchange.default.list import ExchangeList
 from nbgrader.exchange.default.release_assignment import ExchangeReleaseAssignment as ReleaseAssignment
 from nbgrader.exchange.default.release_feedback import ExchangeReleaseFeedback as ReleaseFeedback
 from traitlets import Bool
 
-__all__ = ["CourseCollect", "CourseReleaseAssignment", "CourseReleaseFeedback", "verify", "read_submission",
+__all__ = ["CourseCollect", "CourseList", "CourseReleaseAssignment", "CourseReleaseFeedback", "verify", "read_submission",
            "secure_course_folder", "refused_report", "MAX_FILES", "MAX_BYTES"]
 
 MAX_FILES = 1000                     # entries in one submission folder
@@ -85,8 +86,8 @@ def read_submission(folder: Path, student: str, *, same_account: bool = False, k
     why)``. ``why`` says why the whole folder is refused (not a folder, not ``student``'s); otherwise
     ``tree.refused`` lists the entries left out (links, hard links, special files, another owner's files, past
     :data:`MAX_FILES` or :data:`MAX_BYTES`), and the learner's own files beside them are in ``tree.files``.
-    ``keep_bytes=False`` reads the files all the same (their times are taken on the open files) but keeps only
-    their sizes."""
+    ``keep_bytes=False`` opens and checks every file (their times are taken on the open descriptors) and reads
+    none."""
     from course.grading import owned
 
     fd, why = owned.open_folder(folder.parent, [folder.name])
@@ -97,10 +98,7 @@ def read_submission(folder: Path, student: str, *, same_account: bool = False, k
         uid, why = _owner_of(student, os.fstat(fd), same_account)
         if uid is None:
             return None, why
-        tree = owned.read_tree(fd, owner=uid, max_files=MAX_FILES, max_bytes=MAX_BYTES)
-        if not keep_bytes:
-            tree.files = {k: b"" for k in tree.files}
-        return tree, ""
+        return owned.read_tree(fd, owner=uid, max_files=MAX_FILES, max_bytes=MAX_BYTES, keep_bytes=keep_bytes), ""
     finally:
         os.close(fd)
 
@@ -150,33 +148,54 @@ def refused_report(root: Path, lesson: str) -> Path:
 COURSE_FOLDERS = (("", 0o755), ("outbound", 0o755), ("inbound", 0o2733), ("feedback", 0o711))
 
 
-def secure_course_folder(root: Path, course_id: str) -> None:
+def secure_course_folder(root: Path, course_id: str, *, groupshared: bool = False) -> None:
     """Make (or check) the exchange's folders for ``course_id`` as the instructor's own, before nbgrader
-    writes or reads in them with the instructor's rights.
+    writes, reads or removes anything in them with the instructor's rights.
 
     The exchange's root is writable by every account (mode 1777, like /tmp), so a learner could make the
     course folder first, or any folder in it, as a link (to a folder of root's, which nbgrader's own check of
-    the owner follows) or as a folder of hers, and have the next release, collect or return write or read
-    there. Each folder is made here with ``mkdir`` (which never follows a link), then checked without following
-    one: a real folder, owned by this account, writable by no one else (but ``inbound/``, as nbgrader means it).
-    Raises ``PermissionError`` saying which folder is wrong and what to do."""
+    the owner follows) or as a folder of hers, and have the next release, collect or return write, read or
+    remove there. So, without following a link at any step:
+
+    * the root must be a folder of root's or of this account's: the owner of a sticky folder may rename what
+      others put in it (the course folder, swapped for a link between a check and nbgrader's next step), so a
+      root a learner owns is refused; and one that others may write must have the sticky bit;
+    * each of the course's folders is made here with ``mkdir`` (which never follows a link), then checked: a
+      real folder, of this account (or root), that no one else may write but ``inbound/`` (0733, as nbgrader
+      means it). Once the course folder is this account's (0755) under such a root, nobody else can rename,
+      replace or add anything in it, or in ``outbound/`` and ``feedback/`` below it.
+
+    ``groupshared`` (nbgrader's ``CourseDirectory.groupshared``, several instructors sharing a group): folders
+    of another member of one's groups, and writable by the group, are accepted. Raises ``PermissionError``
+    saying which folder is wrong and what to do."""
     root = Path(root)
+    me = os.geteuid()
+    mine = (0, me)
+    groups = set(os.getgroups()) | {os.getegid()}
+
+    def owned_here(st) -> bool:
+        return st.st_uid in mine or (groupshared and st.st_gid in groups)
+
     try:
         top = os.lstat(root)
     except OSError as exc:
         raise PermissionError(f"the exchange {root} cannot be read ({exc.strerror or exc})") from None
     if stat.S_ISLNK(top.st_mode) or not stat.S_ISDIR(top.st_mode):
         raise PermissionError(f"the exchange {root} is not a folder (a link?): make it a folder of its own")
-    if top.st_mode & 0o002 and not top.st_mode & stat.S_ISVTX:
-        raise PermissionError(f"the exchange {root} is writable by everyone without the sticky bit (mode "
-                              f"{stat.S_IMODE(top.st_mode):o}): any learner could rename the course's folder away; "
+    if not owned_here(top):
+        raise PermissionError(f"the exchange {root} belongs to {_account(top.st_uid)!r}, not to you ({_account(me)!r}) "
+                              f"or root: its owner could rename the course's folders in it while nbgrader works; make it "
+                              f"yours (chown) or use another exchange")
+    writable_by_others = top.st_mode & 0o002 or (top.st_mode & 0o020 and not groupshared)
+    if writable_by_others and not top.st_mode & stat.S_ISVTX:
+        raise PermissionError(f"the exchange {root} is writable by others without the sticky bit (mode "
+                              f"{stat.S_IMODE(top.st_mode):o}): any of them could rename the course's folder away; "
                               f"chmod 1777 {root}")
-    me = os.geteuid()
     for name, mode in COURSE_FOLDERS:
         path = root / course_id / name if name else root / course_id
         try:
             os.mkdir(path)
-            os.chmod(path, mode)
+            os.chmod(path, mode | (0o2020 if groupshared and name != "inbound" else 0))
         except FileExistsError:
             pass
         st = os.lstat(path)
@@ -184,34 +203,46 @@ def secure_course_folder(root: Path, course_id: str) -> None:
         if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
             raise PermissionError(f"the exchange's folder {shown} is a link or a file, not a folder (made by a "
                                   f"learner's account?): remove {path}, then run the command again")
-        if st.st_uid != me:
+        if not owned_here(st):
             raise PermissionError(f"the exchange's folder {shown} belongs to {_account(st.st_uid)!r}, not to you "
-                                  f"({_account(me)!r}): a learner's account may have made it first; remove {path}, "
+                                  f"({_account(me)!r}) or root: a learner's account may have made it first; remove {path}, "
                                   "then run the command again")
-        if name != "inbound" and st.st_mode & 0o022:
+        others = 0o002 if groupshared else 0o022
+        if name != "inbound" and st.st_mode & others:
             raise PermissionError(f"the exchange's folder {shown} is writable by others (mode "
                                   f"{stat.S_IMODE(st.st_mode):o}): chmod {mode:o} {path}")
+
+
+def _secured(app) -> None:
+    """:func:`secure_course_folder` for an nbgrader exchange command, or the command fails with the reason."""
+    try:
+        secure_course_folder(Path(app.root), app.coursedir.course_id, groupshared=bool(app.coursedir.groupshared))
+    except PermissionError as exc:
+        app.fail(str(exc))
 
 
 class CourseReleaseAssignment(ReleaseAssignment):
     """nbgrader's release_assignment, into exchange folders made and checked by :func:`secure_course_folder`."""
 
     def init_dest(self):
-        try:
-            secure_course_folder(Path(self.root), self.coursedir.course_id)
-        except PermissionError as exc:
-            self.fail(str(exc))
+        _secured(self)
         super().init_dest()
+
+
+class CourseList(ExchangeList):
+    """nbgrader's list; before it removes a released lesson (unrelease, as the instructor), the exchange's folders
+    are made and checked by :func:`secure_course_folder` (listing, as a learner does, is left as it is)."""
+
+    def remove_files(self):
+        _secured(self)
+        return super().remove_files()
 
 
 class CourseReleaseFeedback(ReleaseFeedback):
     """nbgrader's release_feedback, into exchange folders made and checked by :func:`secure_course_folder`."""
 
     def init_dest(self):
-        try:
-            secure_course_folder(Path(self.root), self.coursedir.course_id)
-        except PermissionError as exc:
-            self.fail(str(exc))
+        _secured(self)
         super().init_dest()
 
 
@@ -228,10 +259,7 @@ class CourseCollect(ExchangeCollect):
         self.inbound_path = os.path.join(self.course_path, "inbound")
         if not os.path.lexists(self.inbound_path):
             self.fail(f"Course not found: {self.inbound_path}")
-        try:
-            secure_course_folder(Path(self.root), self.coursedir.course_id)
-        except PermissionError as exc:
-            self.fail(str(exc))
+        _secured(self)
         student_id = self.coursedir.student_id if self.coursedir.student_id else "*"
         pattern = os.path.join(self.inbound_path, f"{glob.escape(student_id) if student_id != '*' else '*'}+"
                                                   f"{glob.escape(self.coursedir.assignment_id)}+*")

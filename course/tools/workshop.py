@@ -30,7 +30,15 @@ __all__ = ["release", "collect", "grade", "give_back", "status"]
 
 
 def _workspace(grades=None, exchange=None, cid=None, lessons=None):
+    """The grading workspace, after the exchange's folders are made and checked as the instructor's own
+    (:func:`course.tools.exchange.secure_course_folder`): before any nbgrader step (an unrelease removes files)."""
+    from course.tools.exchange import secure_course_folder
+
     exchange_path = lab.ensure_exchange(lab.exchange_root(exchange))
+    try:
+        secure_course_folder(exchange_path, lab.course_id(cid))
+    except PermissionError as exc:
+        raise SystemExit(f"course workshop: {exc}") from None
     return lab.prepare_gradebook(lab.grades_dir(grades), exchange_path, lab.course_id(cid), lessons)
 
 
@@ -86,8 +94,8 @@ def collect(lesson_names, *, grades=None, exchange=None, cid=None, same_account:
     for entry in refused:
         print(shown(f"REFUSED {entry.get('folder')}: {entry.get('why')}"))
     if refused:
-        raise SystemExit(f"course workshop collect: {len(refused)} submission folder(s) refused (listed above): "
-                         "they are not their named learner's own. The others were collected.")
+        raise SystemExit(f"course workshop collect: {len(refused)} folder(s) or file(s) refused (listed above): not "
+                         "their named learner's own, links, or past a submission's limits. Everything else was collected.")
     return found
 
 

@@ -33,6 +33,7 @@ c.ExchangeFactory.collect = "course.tools.exchange.CourseCollect"
 # Release and return into exchange folders made and checked as the instructor's own (a learner may write the root).
 c.ExchangeFactory.release_assignment = "course.tools.exchange.CourseReleaseAssignment"
 c.ExchangeFactory.release_feedback = "course.tools.exchange.CourseReleaseFeedback"
+c.ExchangeFactory.list = "course.tools.exchange.CourseList"
 # nbgrader's own autograde (the formgrader's lightning button) would run a submission unsandboxed, as you:
 # refused, with a sentence that says to grade with `course grade` (course/tools/nbgrader_guard.py).
 from course.tools.nbgrader_guard import autograde_preprocessors  # noqa: E402

@@ -156,6 +156,7 @@ class SubmissionRun:
         self.context = memoised(self.memo, "context", lambda: trusted_context(self.source))
         self.defined_by_student = solution_sources(self.nb)
         self.session = Session(Path(spec.scratch_base), use_sandbox=bool(spec.sandbox), limits=sandbox.Limits(**spec.limits))
+        self.session.until, self.session.hard_until = self.total_deadline, self.total_deadline + self.timeout
         self.session.files = list(spec.files)
         self.session.warm = [str(m) for m in spec.warm]
         self.outputs: dict[int, dict] = {}
@@ -354,6 +355,7 @@ class SubmissionRun:
                 reply.feedback_error = f"{type(exc).__name__}: {exc}"
             reply.phases["feedback"] = round(time.perf_counter() - f0, 3)
         reply.seconds = round(time.perf_counter() - self.t0, 3)
+        reply.phases["judge"] = reply.seconds    # the notebook's whole time in its judge: what --notebook-timeout bounds
         return reply
 
 

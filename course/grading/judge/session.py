@@ -140,8 +140,19 @@ class Zygote:
         except OSError:
             raise WorkerGone("the sandbox stopped") from None
 
-    def kill(self):
-        terminate(self.proc)
+    def kill(self, *, wait: bool = True):
+        """End the sandbox. ``wait=False``: signal it and go on (it dies with its PID 1; a sandbox of thousands of
+        processes takes seconds to, and the notebook's ceiling must not wait for that)."""
+        if not wait and isinstance(self.proc, Foster):
+            self.proc.kill()
+        elif not wait and self.proc is not None and self.proc.poll() is None:
+            for kill in (lambda: os.killpg(self.proc.pid, signal.SIGKILL), self.proc.kill):
+                try:
+                    kill()
+                except (ProcessLookupError, PermissionError):
+                    pass
+        else:
+            terminate(self.proc)
         self.proc = None
         if self.ctrl is not None:
             self.ctrl.close()
@@ -178,6 +189,9 @@ class Session:
         # memory made before it do not (a red team carried hidden inputs to the next fork both ways).
         self.saw_hidden = False
         self.hidden_lines = None             # while a test cell runs: (its filename, its hidden line numbers)
+        # The notebook's deadline (``until``) and that plus one cell's limit (``hard_until``), both set by
+        # SubmissionRun: a fence waits no longer than the first, the clean-up at the end no longer than the second.
+        self.until = self.hard_until = float("inf")
         self.worker_woke = False             # the stopped worker ran since the tests' fork began (PID 1 saw it)
         self.native: list[str] = []          # machine code the learner's processes loaded from scratch (PID 1 saw it)
         self.woke_count = 0
@@ -267,8 +281,9 @@ class Session:
             self._close_pipes()
             if graceful and ZYGOTE.alive():
                 try:
-                    ZYGOTE.tell(op=ZygoteOp.END)
-                    deadline = time.monotonic() + 30
+                    # the clean-up is the notebook's cost: bounded by its deadline (and its cell's limit past it)
+                    deadline = min(time.monotonic() + 30, self.hard_until - 2)     # 2 s: ending it, the pages
+                    ZYGOTE.tell(op=ZygoteOp.END, limit=round(max(0.5, deadline - time.monotonic() - 0.5), 3))
                     while True:
                         msg = ZYGOTE.hear(deadline)
                         if type(msg.get("removed")) is int:
@@ -280,7 +295,7 @@ class Session:
                             break
                 except WorkerGone:
                     pass
-            ZYGOTE.kill()
+            ZYGOTE.kill(wait=not graceful)     # a sandbox that could not be emptied in time: not waited for
             self.proc = None
             return
         terminate(self.proc)
@@ -308,7 +323,11 @@ class Session:
         if not self.use_sandbox or ZYGOTE.ctrl is None:
             return 0
         ZYGOTE.tell(op=op, **kw)
-        msg = ZYGOTE.hear(time.monotonic() + 30)
+        try:
+            msg = ZYGOTE.hear(min(time.monotonic() + 30, self.until))      # never past the notebook's own deadline
+        except WorkerGone:
+            ZYGOTE.kill(wait=False)    # mid-fence, its PID 1 cannot be spoken to again: a fresh sandbox next
+            raise
         if msg.get("ev") == ZygoteEvent.EXITED:
             self.exited = True
             raise WorkerGone("the sandbox running the notebook died (os._exit, a crash, or out of memory)")

@@ -73,8 +73,9 @@ class Watchdog:
                     self.out.write(verdict.encode() + "\n")
                     self.out.flush()
                 finally:
-                    try:
-                        ZYGOTE.kill()
+                    try:                            # a signal only: its sandbox dies with it, nothing waited for
+                        if ZYGOTE.proc is not None:
+                            ZYGOTE.proc.kill()
                     finally:
                         os._exit(3)
 

@@ -477,6 +477,7 @@ def serve_sandbox(ctrl_fd: int, keep: dict[str, frozenset], worker_class) -> Non
         say(ev=ZygoteEvent.STARTED)
         exited = False
         tests = _Tests()                             # while the tests run: their fork, the stopped worker
+        budget = 20.0                                # seconds the clean-up may take (the END request says)
 
         while True:
             if not exited:
@@ -500,11 +501,15 @@ def serve_sandbox(ctrl_fd: int, keep: dict[str, frozenset], worker_class) -> Non
                 os._exit(0)
             op = msg.get("op")
             if op == ZygoteOp.END:
+                # the judge's budget for the clean-up (what is left of the notebook's time): a sandbox that cannot
+                # be emptied in it is thrown away by the judge, which starts a fresh one
+                budget = msg.get("limit")
+                budget = min(20.0, max(0.5, float(budget))) if type(budget) in (int, float) else 20.0
                 break
             if op in (ZygoteOp.FENCE, ZygoteOp.CENSUS, ZygoteOp.RESUME) and not exited:
                 tests.answer(op, msg, pid, say)
         swept = _sweep()
-        clean, removed = _wipe(keep) if swept else (False, 0)
+        clean, removed = _wipe(keep, budget) if swept else (False, 0)
         ipc_left, ipc_removed = _remove_ipc() if swept else (True, 0)
         clean, removed = clean and not ipc_left, removed + ipc_removed
         say(ev=ZygoteEvent.CLEAN if clean else ZygoteEvent.DIRTY, removed=removed)
