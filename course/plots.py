@@ -32,11 +32,12 @@ def heatmap(weights, *, rows: Sequence[str] | None = None, cols: Sequence[str] |
         ax.set_yticks(range(len(rows)), list(rows), fontsize=8)
     if annotate is None:
         annotate = w.size <= 64
-    if annotate:
+    if annotate:                     # the text's colour from its cell's: dark on light, white on dark, any colormap
         for i in range(w.shape[0]):
             for j in range(w.shape[1]):
+                r, g, b, _ = im.cmap(im.norm(w[i, j]))
                 ax.text(j, i, f"{w[i, j]:.2f}", ha="center", va="center", fontsize=7,
-                        color="white" if w[i, j] < (w.max() + w.min()) / 2 else "black")
+                        color="white" if 0.2126 * r + 0.7152 * g + 0.0722 * b < 0.45 else "black")
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     if title:

@@ -34,6 +34,12 @@ def _color(name: str) -> str:
     return COLORS.get(name, name)
 
 
+def _luminance(color) -> float:
+    """Relative luminance of a colour (0 black, 1 white), to choose a legible text colour on it."""
+    r, g, b = matplotlib.colors.to_rgb(color)
+    return 0.2126 * r + 0.7152 * g + 0.0722 * b
+
+
 def _light(color: str, amount: float = 0.72) -> tuple:
     """``color`` mixed with white: the fill behind a label of that colour."""
     r, g, b = matplotlib.colors.to_rgb(_color(color))
@@ -85,15 +91,16 @@ class Sheet:
             for j in range(cols):
                 if values is not None and cm is not None:
                     v = values[i][j]
-                    face = cm(v / vmax if vmax else v) if v == v else COLORS["white"]
+                    face = cm(min(1.0, v / vmax) if vmax else v) if v == v else COLORS["white"]
                 elif values is not None:
                     face = _color(color) if values[i][j] else COLORS["white"]
                 else:
                     face = _light(color, 0.55) if color != "neutral" else COLORS["neutral"]
                 self.ax.add_patch(Rectangle((x + j * cell, y + (rows - 1 - i) * cell), cell, cell, facecolor=face,
                                             edgecolor=COLORS["white"] if values is None else "#BBBBBB", linewidth=0.8))
-                if marks is not None:
-                    self.text(x + (j + 0.5) * cell, y + (rows - 1 - i + 0.5) * cell, str(marks[i][j]), size=size - 2)
+                if marks is not None:              # dark text on light cells, white on dark ones
+                    self.text(x + (j + 0.5) * cell, y + (rows - 1 - i + 0.5) * cell, str(marks[i][j]), size=size - 2,
+                              color="white" if _luminance(face) < 0.45 else "ink")
         edge = _color(color) if color != "neutral" else COLORS["soft"]
         self.ax.add_patch(Rectangle((x, y), cols * cell, rows * cell, fill=False, edgecolor=edge, linewidth=1.4))
         if label:
