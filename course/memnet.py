@@ -13,7 +13,7 @@ import torch
 from course import plots
 from course.data import stories as S
 
-__all__ = ["predict", "accuracy_by_type", "chain_attention", "first_index", "show_hops"]
+__all__ = ["predict", "accuracy_by_type", "chain_attention", "first_index", "show_hops", "annotate"]
 
 
 @torch.no_grad()
@@ -82,5 +82,18 @@ def show_hops(model, batch: S.StoryBatch, story: S.Story, index: int, ax=None):
     answer = S.ANSWERS[int(pred[0])]
     verdict = "right" if answer == story.answer else "wrong"
     title = f"{' '.join(story.question)}?  model ({K} hops): {answer} ({verdict}); truth: {story.answer}"
-    return plots.heatmap(w[0, :, :n], rows=[f"hop {k + 1}" for k in range(K)], cols=cols, ax=ax, xlabel="sentence",
-                         ylabel="hop", vmax=1.0, annotate=True, title=title)
+    ax = plots.heatmap(w[0, :, :n], rows=[f"hop {k + 1}" for k in range(K)], cols=cols, ax=ax, xlabel="sentence",
+                       ylabel="hop", vmax=1.0, annotate=False, title=title, cmap="Purples")
+    annotate(ax, w[0, :, :n])
+    return ax
+
+
+def annotate(ax, values, vmax: float = 1.0, fmt: str = "{:.2f}"):
+    """Write each value of a heatmap drawn with a colormap that is light at 0 and dark at ``vmax`` (``Purples``,
+    ``YlGn``): black on the light cells, white on the dark ones, so every number stays readable."""
+    v = values.detach().float().cpu() if isinstance(values, torch.Tensor) else torch.as_tensor(values, dtype=torch.float)
+    for i in range(v.shape[0]):
+        for j in range(v.shape[1]):
+            ax.text(j, i, fmt.format(float(v[i, j])), ha="center", va="center", fontsize=7,
+                    color="white" if float(v[i, j]) > 0.55 * vmax else "black")
+    return ax
