@@ -3,7 +3,7 @@ alignment of a reordered pair."""
 
 from __future__ import annotations
 
-from course.tools.learner.draw import COLORS, Sheet
+from course.tools.learner.draw import Sheet
 from course.tools.learner.lessons import diagram, front
 
 L = "02_rnn_attention"
