@@ -678,8 +678,8 @@ def test_formgrader_runs_nothing_a_hostile_submission_wrote(browser, instructor)
     opened by the logged-in instructor in the formgrader, as its feedback page and in the lab: no script
     runs (no request for the payloads' URL, no dialog, nothing set on the page), and the gradebook and every
     file of the grading folder are unchanged afterwards."""
-    from hostile import MARK, hostile
-    from planting import WRONG_05, build_submission, write_submission
+    from hostile import MARK, hostile, payload
+    from planting import WRONG_05, build_submission, solution_sources, write_submission
 
     from course.grading import sandbox
 
@@ -688,6 +688,13 @@ def test_formgrader_runs_nothing_a_hostile_submission_wrote(browser, instructor)
     write_submission(subs, "mallory", lesson,
                      hostile(build_submission(lesson, {"scaled_dot_product_attention": WRONG_05})))
     write_submission(subs, "honest", lesson, build_submission(lesson))
+    # For the class report: a copy of the honest answer with a payload in a comment (its code is shown beside the
+    # honest one's, as a similar pair) and in the message of an error it raises (withheld from the results: the
+    # cell had given it hidden inputs).
+    copied = solution_sources(lesson)
+    copied["SelfAttention"] = f"# {payload('report-code')}\n" + copied["SelfAttention"]
+    copied["causal_mask"] = f"def causal_mask(T):\n    raise ValueError({payload('report-message')!r})\n"
+    write_submission(subs, "mallory2", lesson, build_submission(lesson, copied))
     grades = instructor.served / "grades"
     unsafe = [] if sandbox.available()[0] else ["--unsafe-no-sandbox"]
     run = subprocess.run([sys.executable, "-m", "course.commands.cli", "grade", str(subs), "--out", str(grades),
@@ -733,3 +740,37 @@ def test_formgrader_runs_nothing_a_hostile_submission_wrote(browser, instructor)
     after = _tree(grades)
     changed = sorted(k for k in set(before) | set(after) if before.get(k) != after.get(k))
     assert not changed, f"opening the hostile submission changed {changed[:10]}"
+    _class_report_offline(browser, grades / "report", lesson)
+
+
+def _class_report_offline(browser, folder: Path, lesson: str) -> None:
+    """The class report `course grade` wrote beside the hostile submissions, opened from the disk with every
+    request but the pages' own refused: each page loads with its plots (PNG data, drawn), shows the pair of
+    similar submissions (their code, payload comment included, escaped) and the suspicious one, asks for nothing,
+    and runs none of the payloads."""
+    from hostile import MARK
+
+    ctx = browser.new_context(viewport={"width": 1200, "height": 900})
+    asked, dialogs, errors = [], [], []
+    ctx.route("**/*", lambda r: (asked.append(r.request.url), r.continue_() if r.request.url.startswith(("file://",
+                                 "data:")) else r.abort()))
+    page = ctx.new_page()
+    page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    try:
+        for name, plots in (("index.html", 1), (f"{lesson}.html", 2)):
+            page.goto((folder / name).as_uri())
+            page.wait_for_load_state("load")
+            drawn = page.evaluate("[...document.images].filter(i => i.complete && i.naturalWidth > 100).length")
+            assert drawn >= plots, f"{name}: {drawn} plots drawn, {plots} expected"
+            assert page.evaluate("() => window.__course_pwned || null") is None, name
+            if name != "index.html":
+                text = page.inner_text("body")
+                assert "honest and mallory2" in text and "suspicious" in text, text[-3000:]
+                assert "report-code" in page.content(), "the similar pair's code is not shown"
+                _docs_shot(page, "class-report.png")
+    finally:
+        ctx.close()
+    outside = [u for u in asked if not u.startswith(("file://", "data:"))]
+    assert not outside and not dialogs and not errors, (outside[:5], dialogs[:5], errors[:5])
+    assert not any(MARK in u for u in asked)

@@ -27,6 +27,7 @@ INSTRUCTOR_COMMANDS = {
     "dist": ("course.tools.dist", "builds the learner's copy you are using"),
     "workshop": ("course.tools.workshop", "releases lessons to a room, collects, grades and returns them"),
     "learner-layer": ("course.tools.learner.build", "writes each lesson's diagrams, front matter and boxes from sources"),
+    "report": ("course.grading.report", "writes the class report and the LMS exports of a graded folder"),
 }
 LEARNER_COMMANDS = ("check", "doctor", "lab")
 WHERE = ("it lives in the instructor's copy of the course (its repository, with solutions/ and the grading "
@@ -171,7 +172,61 @@ def grade_command(args, **extra) -> int:
     print()
     print(summary_table(results))
     print(f"Grades: {Path(args.out).resolve()}/grades.csv; per test: results.json; feedback: feedback/<student>/<lesson>/")
+    if not getattr(args, "no_report", False):
+        _write_class_report(Path(args.out), similar=True)
     return 0 if all(r.status in OK_STATUSES for r in results) else 1
+
+
+def _write_class_report(out: Path, **options) -> None:
+    """The class report of a graded folder (course.grading.report), said where it is; its failure never fails the
+    grading (the grades are written already)."""
+    from course.grading.report import write_report
+
+    try:
+        index, missing = write_report(out, root_of_package(), **options)
+    except Exception as exc:  # noqa: BLE001 - the report is a courtesy: grades.csv and results.json are written
+        print(f"course grade: the class report could not be written ({type(exc).__name__}: {exc})", file=sys.stderr)
+        return
+    print(f"Class report: {index} (and exports/canvas.csv, exports/moodle.csv)")
+    for line in missing:
+        print(f"  note: {line}")
+
+
+def _cmd_report(args) -> int:
+    import json
+
+    from course.grading.report import write_report
+
+    out = Path(args.out)
+    if not out.is_dir():
+        print(f"course report: {out} is not a folder: give the --out folder of a `course grade` run", file=sys.stderr)
+        return 2
+    assignments = None
+    if args.canvas_assignments:
+        try:
+            assignments = json.loads(Path(args.canvas_assignments).read_text(encoding="utf-8"))
+            if not isinstance(assignments, dict):
+                raise ValueError("not an object {lesson id: Canvas assignment id}")
+            assignments = {str(k): str(v) for k, v in assignments.items()}
+        except (OSError, ValueError) as exc:
+            print(f"course report: --canvas-assignments {args.canvas_assignments}: {exc}", file=sys.stderr)
+            return 2
+    if not (out / "results.json").is_file():
+        print(f"course report: no results.json in {out}: give the --out folder of a `course grade` run (or run "
+              f"`course grade SUBMISSIONS --out {out}` first)", file=sys.stderr)
+        return 2
+    try:
+        json.loads((out / "results.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        print(f"course report: {out / 'results.json'} could not be read ({exc}): grade the folder again with "
+              "`course grade ... --regrade`", file=sys.stderr)
+        return 2
+    index, missing = write_report(out, root_of_package(), site=args.site, mapping=Path(args.mapping) if args.mapping
+                                  else None, canvas_assignments=assignments, similar=not args.no_similar)
+    for line in missing:
+        print(f"course report: note: {line}")
+    print(f"Class report: {index}; grades for an LMS: {out / 'exports'}/canvas.csv and moodle.csv")
+    return 0
 
 
 def _cmd_grade_merge(args) -> int:
@@ -323,6 +378,21 @@ def build_parser() -> argparse.ArgumentParser:
                     help="first read a `course run --seeds` report.json into docs/measured/")
     ll.set_defaults(func=_cmd_learner_layer)
 
+    rp = sub.add_parser("report", help="the class report of a graded folder, and grades for Canvas and Moodle",
+                        description="Write OUT/report/ (a page for the class and one per lesson: scores, what each test "
+                                    "checks and how many it caught, the common failures, the likely mistake of each "
+                                    "failing submission, similar submissions) and OUT/exports/canvas.csv, moodle.csv. "
+                                    "`course grade` writes it at the end of every batch.")
+    rp.add_argument("out", metavar="OUT", help="the --out folder of a `course grade` run")
+    rp.add_argument("--mapping", default=None, metavar="CSV",
+                    help="course ids to the LMS's: course_id,name,canvas_id,sis_user_id,sis_login_id,section,username,"
+                         "email,idnumber (all but course_id optional)")
+    rp.add_argument("--canvas-assignments", default=None, metavar="JSON",
+                    help='{"lesson id": "Canvas assignment id", ...}: fill existing Canvas assignments')
+    rp.add_argument("--site", default=None, metavar="URL", help="the course website, to link each rule to its lesson")
+    rp.add_argument("--no-similar", action="store_true", help="skip the similar-submissions comparison")
+    rp.set_defaults(func=_cmd_report)
+
     c = sub.add_parser("check", help="run a notebook's public tests and report each one",
                        description="Execute your notebook (smoke profile) and report every public test in plain words. "
                                    "Exit 0: every public test passed; 1: a test failed (see the report); 2: the "
@@ -346,6 +416,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="seconds a whole notebook may take (default: 20 x --timeout, at least 600)")
     g.add_argument("--memory", type=int, default=4096, help="memory limit of a submission's processes, in MiB (default 4096)")
     g.add_argument("--regrade", action="store_true", help="grade again submissions already graded and unchanged")
+    g.add_argument("--no-report", action="store_true",
+                   help="do not write the class report (OUT/report/, OUT/exports/) at the end: `course report OUT` writes it")
     g.add_argument("--unsafe-no-sandbox", action="store_true",
                    help="run submissions WITHOUT the bubblewrap sandbox (only for code you trust)")
     g.add_argument("--shard", type=_shard, default=None, metavar="I/N",

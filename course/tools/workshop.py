@@ -195,15 +195,34 @@ def submission_keys(submitted: Path) -> tuple[dict[str, str], str]:
 
 
 def status(*, grades=None, exchange=None, cid=None) -> None:
-    """What is released, submitted, collected and graded."""
+    """What is released, submitted, collected and graded, and, once graded, how the room did: each lesson's mean
+    score, the test most of it missed (its rule in the notebook's words) and how many submissions need a look."""
+    from course.grading.results import shown
+
     exchange_path = lab.exchange_root(exchange)
     cid = lab.course_id(cid)
     grades_path = lab.grades_dir(grades)
     course = exchange_path / cid
     print(f"course id {cid}; exchange {exchange_path}; grading workspace {grades_path}")
+    from course.grading.report import data as report_data
+
+    report = report_data.load(grades_path, lab.root()) if (grades_path / "results.json").is_file() else None
     for l in all_lessons():
         released = (course / "outbound" / l.id).is_dir()
         inbound = len({p.name.split("+")[0] for p in (course / "inbound").glob(f"*+{l.id}+*")}) if course.is_dir() else 0
         collected = len(list((grades_path / "submitted").glob(f"*/{l.id}")))
         graded = len(list((grades_path / "feedback").glob(f"*/{l.id}/{l.id}.html")))
         print(f"  {l.id:<28} {'released' if released else '-':<9} submitted by {inbound}, collected {collected}, graded {graded}")
+        rows = [r for r in report.of(l.id) if r.get("status") not in report_data.REFUSED] if report else []
+        if rows:                  # the room at a glance: how it went, and what most of it missed
+            mean = sum(float(r.get("score", 0)) for r in rows) / len(rows)
+            lesson = report.lessons.get(l.id)
+            shares = [(report_data.difficulty_and_discrimination(rows, t.grade_id)[0], t) for t in lesson.tests] \
+                if lesson else []
+            worst = min(((p, t) for p, t in shares if p is not None), key=lambda pt: pt[0], default=(None, None))
+            said = f"mean {mean:.1f} / {lesson.max_score:g}" if lesson and lesson.max_score else f"mean {mean:.1f}"
+            if worst[1] is not None and worst[0] < 1:
+                said += (f"; most missed: {worst[1].grade_id} (passed by {worst[0]:.0%}): "
+                         f"{shown(worst[1].rule)[:90]}")
+            flagged = sum(1 for r in report.of(l.id) if r.get("status") != "graded")
+            print(f"  {'':<28} {said}" + (f"; {flagged} need a look (course report)" if flagged else ""))
