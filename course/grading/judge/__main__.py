@@ -103,13 +103,13 @@ def _warm_up(sources) -> None:
     """What every judge needs and would otherwise load for its first submission: for each lesson's
     instructor notebook (``sources``), the parsed notebook, its test cells' context (their imports),
     compiled test cells and forbidden names; then the grading module and the feedback page's templates."""
-    from course import forbidden
+    from course.grading.judge import reading
 
     for path in sources:
         try:
             nb, memo = lesson_notebook(path)
             memoised(memo, "context", lambda: trusted_context(nb))
-            memoised(memo, "lesson_names", lambda: forbidden.lesson_names(nb))
+            memoised(memo, "lesson_names", lambda: reading.lesson_names(nb))
             for cell in nb.cells:
                 gid = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
                 if cell.cell_type == "code" and cell.get("metadata", {}).get("nbgrader", {}).get("grade"):

@@ -21,7 +21,7 @@ from collections import OrderedDict as _OrderedDict
 
 from course.grading.sandboxed import ops, zygote
 from course.grading.sandboxed.ops import ATOMS
-from course.grading.sandboxed.wire import WorkerOp
+from course.grading.sandboxed.wire import WorkerOp, WorkerRefusal
 
 OUTPUT_LIMIT = 20_000      # characters of printed output kept per cell
 
@@ -141,10 +141,11 @@ class Worker:
     # worker is imported first): a learner's code that replaces one of them is reported at unforbid.
     @staticmethod
     def _integrity():
-        from course import forbidden
+        from course import checks, forbidden
 
         return {**forbidden.integrity_pieces(),
                 "course.forbidden.integrity_pieces": forbidden.__dict__.get("integrity_pieces"),
+                "course.checks.forbidden_targets": checks.__dict__.get("forbidden_targets"),
                 "Worker.forbid": Worker.__dict__.get("forbid"), "Worker.unforbid": Worker.__dict__.get("unforbid"),
                 "Worker.watched": Worker.__dict__.get("watched"), "Worker.call": Worker.__dict__.get("call"),
                 "Worker._integrity": getattr(Worker.__dict__.get("_integrity"), "__func__", None),
@@ -161,6 +162,7 @@ class Worker:
         until :meth:`unforbid`. ``pristine``: the check's pieces as they were before any learner's code ran
         (:meth:`serve` holds them)."""
         from course import checks, forbidden
+        from course.forbidden.violations import Kind, Violation
 
         saved = []
         for owner, attr in checks.forbidden_targets(tuple(names)):
@@ -169,16 +171,16 @@ class Worker:
                 qual = f"{getattr(owner, '__name__', 'torch')}.{attr}"
 
                 def blocked(*a, _q=qual, **k):
-                    self.violations.append(f"your code called {_q}: this exercise asks you to {why}.")
+                    self.violations.append(Violation(Kind.CALLED, f"your code called {_q}: this exercise asks you to {why}."))
                     raise AssertionError(f"{_q} was called: this exercise asks you to {why}.")
                 setattr(owner, attr, blocked)
                 saved.append((owner, attr, original))
             except (AttributeError, TypeError):
                 continue
         original = pristine if pristine is not None else (_PRISTINE or {})
-        cls = original.get("course.forbidden.Guard") or forbidden.Guard
+        cls = original.get("course.forbidden.guard.Guard") or forbidden.Guard
         guard = cls(names, why, None if limit is None else int(limit), None if work is None else int(work))
-        (original.get("course.forbidden.Guard.__enter__") or cls.__enter__)(guard)
+        (original.get("course.forbidden.guard.Guard.__enter__") or cls.__enter__)(guard)
         self.forbidden.append((saved, guard))
 
     @contextlib.contextmanager
@@ -190,40 +192,51 @@ class Worker:
         import sys
 
         from course import forbidden
+        from course.forbidden.violations import Kind, Violation
 
         guard = self.forbidden[-1][1] if self.forbidden else None
         if guard is None or not (getattr(guard, "closed", False) or getattr(guard, "modules", ())):
             yield
             return
         if getattr(guard, "closed", False) and forbidden.tasks_created() is not None and forbidden.other_threads():
-            guard.violations.append("another thread of your code was running when a checked call started: the check "
+            guard.violations.append(Violation(
+                Kind.OTHER_THREAD, "another thread of your code was running when a checked call started: the check "
                                     "watches the thread that calls your function, so this exercise's functions must "
-                                    f"do their work in that thread. This exercise asks you to {guard.why}.")
+                                    f"do their work in that thread. This exercise asks you to {guard.why}."))
         hook, previous = forbidden.hook_for(guard), sys.getprofile()
         sys.setprofile(hook)
         try:
             yield
         finally:
             if sys.getprofile() is not hook:
-                guard.violations.append("the check of forbidden calls (its profile hook) was switched off while your "
-                                        f"code ran: this exercise asks you to {guard.why}.")
+                guard.violations.append(Violation(
+                    Kind.SWITCHED_OFF, "the check of forbidden calls (its profile hook) was switched off while your "
+                                        f"code ran: this exercise asks you to {guard.why}."))
             sys.setprofile(previous)
 
     def unforbid(self, pristine=None, integrity=None, codes=None):
-        """End the innermost :meth:`forbid`; returns what was violated meanwhile (sentences). ``codes``: the
+        """End the innermost :meth:`forbid`; returns what was violated meanwhile (``{kind, text}`` of each violation). ``codes``: the
         pieces' ``__code__`` as :meth:`serve` took them (a swapped code object is a replaced piece)."""
+        from course.forbidden.violations import Kind, Violation
+
         saved, guard = self.forbidden.pop() if self.forbidden else ([], None)
         pristine = pristine if pristine is not None else (_PRISTINE or {})
         if guard is not None:
-            (pristine.get("course.forbidden.Guard.__exit__") or type(guard).__exit__)(guard, None, None, None)
+            (pristine.get("course.forbidden.guard.Guard.__exit__") or type(guard).__exit__)(guard, None, None, None)
         for owner, attr, original in reversed(saved):
             setattr(owner, attr, original)
         changed = _replaced(pristine, codes or {}, integrity or Worker._integrity)
-        tampered = [f"your code replaced {', '.join(changed[:3])}, part of the check of forbidden calls: a notebook "
-                    "that switches the check off fails the tests that use it."] if changed else []
+        tampered = [Violation(Kind.REPLACED, f"your code replaced {', '.join(changed[:3])}, part of the check of forbidden "
+                              "calls: a notebook that switches the check off fails the tests that use it.")] if changed else []
         found = tampered + self.violations + (guard.violations if guard is not None else [])
         self.violations = []
-        return list(dict.fromkeys(found))[:20]
+        unique, seen = [], set()
+        for v in found:                            # one of each sentence, in order
+            if str(v) not in seen:
+                seen.add(str(v))
+                unique.append(v)
+        unique = unique[:20]
+        return [v.to_wire() if isinstance(v, Violation) else Violation(Kind.UNREADABLE, str(v)).to_wire() for v in unique]
 
     # -- requests -----------------------------------------------------------------------------
     def run_cell(self, source: str, index: int):
@@ -422,7 +435,8 @@ class Worker:
                 try:
                     forked = self.test_fd is not None or self.test_begin()
                 except _NoFork as exc:  # the judge ends the notebook: a restart would replay the same cells
-                    self.send({"ok": False, "error": {"type": "NoFork", "message": str(exc)[:200]}})
+                    self.send({"ok": False, "refusal": WorkerRefusal.NO_FORK.value,
+                               "error": {"type": "NoFork", "message": str(exc)[:200]}})
                     continue
                 if forked:              # the learner's threads at the fork: the judge's hint on a timeout
                     self.send({"ok": True, "value": "forked", "threads": self.threads_at_fork, "pid": os.getpid()})
