@@ -15,6 +15,7 @@ import time
 
 from course.grading.pidfd import PidfdProcess
 from course.grading.protocol import FORK, FORKED, ProtocolError, Reply, Spec
+from course.grading import sandbox
 
 class ForkedJudge(PidfdProcess):
     """A judge forked by the judges' fork server (:func:`course.grading.judge.serve_forks`): not this
@@ -54,8 +55,6 @@ class Judges:
         self._closed = False
 
     def _env(self) -> dict:
-        from course.grading import sandbox
-
         env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONSAFEPATH="1")
         # The judges import the course package this process imports, whatever folder the command was run in.
         env["PYTHONPATH"] = os.pathsep.join([sandbox.package_path()] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])

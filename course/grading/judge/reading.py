@@ -6,6 +6,7 @@ forbids (:func:`lesson_names`). Grader-only: the learner's copy of the course do
 from __future__ import annotations
 
 import ast
+import importlib
 
 # Names whose use in a learner's code can only serve to switch the checks off or to reach a kernel by
 # another road: PyTorch's mode stacks and dispatcher internals, the grader's own modules, dynamic
@@ -37,6 +38,7 @@ def _cells(nb, skip_sources=(), skip_ids=()):
             continue
         except SyntaxError:
             try:
+                # lazy: only for a cell that is not Python (IPython's magics): a second to import
                 from IPython.core.inputtransformer2 import TransformerManager
                 yield i, ast.parse(TransformerManager().transform_cell(cell.source))
             except Exception:  # noqa: BLE001 - a cell that does not parse runs nothing either
@@ -173,8 +175,6 @@ def aliases(nb, names, source_nb=None) -> list[str]:
 def lesson_names(source_nb) -> set[str]:
     """The names a lesson's tests forbid: string arguments of ``forbid(...)`` in its test cells, and the
     ``*SHORTCUTS`` / ``FUSED`` tuples of the ``course.checks_NN`` helpers those cells call."""
-    import importlib
-
     names: set[str] = set()
     for cell in source_nb.cells:
         if cell.cell_type != "code" or not cell.get("metadata", {}).get("nbgrader", {}).get("grade"):

@@ -12,6 +12,7 @@ from course import checks
 from course.grading.judge.errors import BUILTIN_ERRORS, WorkerGone
 from course.grading.sandboxed.wire import WorkerOp
 from course.grading.sandboxed import wire
+import sys
 
 # -- the stand-in for objects that live in the sandbox --------------------------------------------
 
@@ -37,8 +38,6 @@ def _claimable(cls) -> bool:
 
 def trusted_class(module, qual):
     """The class ``module.qual`` names, if a trusted module is loaded here and has it (imports nothing)."""
-    import sys
-
     obj = sys.modules.get(str(module))
     if obj is None:
         return None
@@ -49,8 +48,6 @@ def trusted_class(module, qual):
 
 def resolve_class(info: dict):
     """The class a remote object claims to be: the real one for torch/builtins, else a stand-in."""
-    import sys
-
     mro = [tuple(x) for x in info.get("mro", []) if isinstance(x, (list, tuple)) and len(x) == 2]
     bases = []
     for module, qual in mro:

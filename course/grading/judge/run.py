@@ -384,6 +384,7 @@ def run_test(session: Session, cell, context: dict, student_defs: dict, timeout:
     torch.manual_seed(0)
     random.seed(0)
     try:
+        # optional: NumPy's seed, where NumPy is installed
         import numpy as np
         np.random.seed(0)
     except ImportError:  # pragma: no cover

@@ -7,6 +7,8 @@ import ast
 import functools
 
 from course.grading.judge.lesson import memoised
+from course.grading.judge import reading
+from course.grading.judge.reading import given_cells
 
 # Strings that name the grader's own modules (a learner's code has no business with them).
 GRADER_NAMES = ("course.tools", "course.grading", "tools.worker", "sandboxed.worker", "grading.judge")
@@ -35,8 +37,6 @@ def suspicious(nb, source_nb=None) -> list[str]:
     sockets and ctypes. The lesson's own given and experiment cells (``source_nb``) are not the learner's
     code and are not reported (their imports still count, for the aliases they define).
     """
-    from course.grading.judge.reading import given_cells
-
     given_sources, experiment_ids = given_cells(source_nb) if source_nb is not None else (set(), set())
     trees, unreadable = [], []
     patchable = set(PATCHABLE)
@@ -134,8 +134,6 @@ def _read_import_aliases(source: str):
 
 def forbidden_aliases(nb, source, memo: dict | None = None) -> list[str]:
     """Forbidden functions of this lesson taken as values in the learner's cells (course.forbidden)."""
-    from course.grading.judge import reading
-
     names = memoised(memo, "lesson_names", lambda: reading.lesson_names(source)) if memo is not None else \
         reading.lesson_names(source)
     return reading.aliases(nb, names, source)

@@ -24,6 +24,7 @@ from course.grading.judge.errors import WITHHELD, BUILTIN_ERRORS, NoFork, Proces
 from course.grading.judge.remote import Remote, copy_back, mirror, trusted_class, TRUSTED_MODULES
 from course.grading.sandboxed import wire
 from course.grading.sandboxed.wire import WorkerOp, ZygoteEvent, ZygoteOp
+from course.forbidden.violations import Violation
 
 # -- one worker in its sandbox ---------------------------------------------------------------------
 
@@ -416,8 +417,6 @@ class Session:
     def unforbid(self) -> list:
         """End it: what the worker saw violated meanwhile, as :class:`course.forbidden.violations.Violation` values
         (each checked on receipt: a kind the judge does not know is ``UNREADABLE``)."""
-        from course.forbidden.violations import Violation
-
         if self.checking:
             self.checking.pop()
         called = self.request(WorkerOp.UNFORBID)

@@ -317,6 +317,7 @@ def encode_data(value, handle_of) -> bytes:
         if type(v).__name__ == "OrderedDict" and type(v).__module__ == "collections":
             return {"$dict": [[enc(k, depth + 1), enc(x, depth + 1)] for k, x in v.items()]}
         try:
+            # optional: NumPy values, where NumPy is installed
             import numpy as np
             if isinstance(v, np.generic):
                 return enc(v.item(), depth)

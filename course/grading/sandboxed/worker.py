@@ -22,6 +22,8 @@ from collections import OrderedDict as _OrderedDict
 from course.grading.sandboxed import ops, zygote
 from course.grading.sandboxed.ops import ATOMS
 from course.grading.sandboxed.wire import WorkerOp, WorkerRefusal
+from course.grading.sandboxed import wire
+from course.grading.sandboxed.wire import Handle
 
 OUTPUT_LIMIT = 20_000      # characters of printed output kept per cell
 
@@ -63,6 +65,7 @@ def _compile(source: str, name: str):
         return compile(source, name, "exec")
     except SyntaxError:
         try:
+            # lazy: only for a cell that is not Python (IPython's magics): a second to import
             from IPython.core.inputtransformer2 import TransformerManager
         except ImportError:
             raise
@@ -80,8 +83,6 @@ class _NoFork(Exception):
 
 class Worker:
     def __init__(self, rfd: int, wfd: int):
-        from course.grading.sandboxed import wire
-
         self.wire = wire
         self.rfd, self.wfd = rfd, wfd
         self.ns: dict = {"__name__": "__main__", "__builtins__": __builtins__, "get_ipython": _NoIPython}
@@ -113,8 +114,6 @@ class Worker:
                      "name": str(getattr(obj, "__name__", ""))[:100]}
 
     def resolve(self, v):
-        from course.grading.sandboxed.wire import Handle
-
         if type(v) in ATOMS:
             return v
         if isinstance(v, Handle):
@@ -130,6 +129,7 @@ class Worker:
         return v
 
     def answer(self, value):
+        # lazy: after main() has redirected the streams
         import types
 
         if isinstance(value, (types.GeneratorType, type({}.items()), type({}.keys()), type({}.values()))):
@@ -141,6 +141,7 @@ class Worker:
     # worker is imported first): a learner's code that replaces one of them is reported at unforbid.
     @staticmethod
     def _integrity():
+        # lazy: the course's library is imported by main() after it has redirected the worker's streams
         from course import checks, forbidden
 
         return {**forbidden.integrity_pieces(),
@@ -161,6 +162,7 @@ class Worker:
         values computed outside its launches (:class:`course.forbidden.Guard`),
         until :meth:`unforbid`. ``pristine``: the check's pieces as they were before any learner's code ran
         (:meth:`serve` holds them)."""
+        # lazy: the course's library is imported by main() after it has redirected the worker's streams
         from course import checks, forbidden
         from course.forbidden.violations import Kind, Violation
 
@@ -189,8 +191,7 @@ class Worker:
         size limit): no other thread may be running (PyTorch's modes watch this thread only; a test's
         fork starts with one), and the data must stay in PyTorch (:class:`course.forbidden.OutsidePyTorch`);
         under a guard with forbidden modules (lesson 10), their code may not run (:class:`course.forbidden.InModules`)."""
-        import sys
-
+        # lazy: the course's library is imported by main() after it has redirected the worker's streams
         from course import forbidden
         from course.forbidden.violations import Kind, Violation
 
@@ -217,6 +218,7 @@ class Worker:
     def unforbid(self, pristine=None, integrity=None, codes=None):
         """End the innermost :meth:`forbid`; returns what was violated meanwhile (``{kind, text}`` of each violation). ``codes``: the
         pieces' ``__code__`` as :meth:`serve` took them (a swapped code object is a replaced piece)."""
+        # lazy: the course's library is imported by main() after it has redirected the worker's streams
         from course.forbidden.violations import Kind, Violation
 
         saved, guard = self.forbidden.pop() if self.forbidden else ([], None)
@@ -254,6 +256,7 @@ class Worker:
                                       "seconds": round(time.perf_counter() - start, 3)}}
 
     def handle(self, req: dict):
+        # lazy: PyTorch is imported by main() after it has redirected the worker's streams
         import torch
 
         op = req["op"]
@@ -591,12 +594,16 @@ def main() -> None:
         os.dup2(null, fd)
     sys.stdin = open(os.devnull)
     sys.stdout = sys.stderr = _Capped(0)
+    # warm-up: imported once in the warm sandbox, after the streams are redirected
     import matplotlib
     matplotlib.use("Agg")
+    # warm-up: imported once in the warm sandbox, after the streams are redirected
     import matplotlib.pyplot  # noqa: F401 - warm imports, so cells start fast
+    # lazy: PyTorch is imported by main() after it has redirected the worker's streams
     import torch
     import torch.nn  # noqa: F401
     torch.set_num_threads(1)
+    # lazy: the course's library is imported by main() after it has redirected the worker's streams
     import course  # noqa: F401
     from course import checks  # noqa: F401
     _PRISTINE.update(Worker._integrity())
