@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -107,3 +108,99 @@ def test_handout_and_sandbox_are_cut_by_folder():
     # every module is in exactly one zone, and each zone is a folder
     zones = {rel: _zone(rel) for rel, _ in _modules()}
     assert {z for z in zones.values()} == {"learner", "commands", "instructor", "sandboxed"}
+
+
+# What names a message, a detail or an exception's text in the engine's code.
+_MESSAGE = re.compile(r"\b(detail|message|msg|text|reason|why|str\((exc|e|err|error)\))\b")
+def _wording(node) -> bool:
+    """A string literal with words in it (not a punctuation mark): what deciding by wording would match."""
+    return isinstance(node, ast.Constant) and isinstance(node.value, str) and len(re.findall(r"[A-Za-z]", node.value)) >= 3
+
+
+_REASON = re.compile(r"^\s*#\s*(lazy|cycle|warm-up|optional):")
+_IMPORT_LINE = re.compile(r"^\s*(import |from \S+ import )")
+
+
+def test_the_engine_imports_inside_a_function_only_with_a_reason():
+    """An import inside a function of the grading engine (course/grading/) says why it is there, on the comment
+    line above it or above the run of imports it belongs to: ``# lazy:`` (a measured cost only some paths pay),
+    ``# cycle:`` (which cycle it breaks), ``# warm-up:`` (loaded once before forks) or ``# optional:`` (a
+    package that may be missing). Any other import is at the module's top."""
+    wrong = []
+    for rel, tree in _modules():
+        if not rel.startswith("course/grading/"):
+            continue
+        lines = (ROOT / rel).read_text(encoding="utf-8").split("\n")
+        top = {id(n) for n in tree.body}
+        for node in tree.body:
+            if isinstance(node, (ast.If, ast.Try)):
+                top |= {id(c) for c in ast.walk(node)}
+        for node in ast.walk(tree):
+            if not isinstance(node, (ast.Import, ast.ImportFrom)) or id(node) in top:
+                continue
+            i = node.lineno - 2
+            while i >= 0 and _IMPORT_LINE.match(lines[i]):      # up the run of imports it belongs to
+                i -= 1
+            if i < 0 or not _REASON.match(lines[i]):
+                wrong.append(f"{rel}:{node.lineno}: {lines[node.lineno - 1].strip()}")
+    assert not wrong, "imports inside functions without a reason:\n" + "\n".join(wrong)
+
+
+def test_no_import_circle_in_the_engine_or_the_checks():
+    """No cycle among the modules of course/grading/, course/forbidden/ and course/checks*, counting every import (inside functions
+    too): each import-time dependency points one way."""
+    names = {}
+    for rel, tree in _modules():
+        name = rel[:-3].replace("/", ".").removesuffix(".__init__")
+        names[name] = tree
+    scope = {n for n in names if n.startswith(("course.grading", "course.forbidden", "course.checks"))}
+
+    def owner(module: str) -> str | None:
+        while module and module not in names:
+            module = module.rpartition(".")[0]
+        return module or None
+
+    graph = {n: set() for n in scope}
+    for n in scope:
+        for module, imported, _ in _imports(names[n]):
+            for target in [module] + [f"{module}.{x}" for x in imported]:
+                o = owner(target) if target.startswith("course") else None
+                if o in scope and o != n:
+                    graph[n].add(o)
+    seen, stack, cycles = set(), [], []
+
+    def visit(v):
+        if v in stack:
+            cycles.append(stack[stack.index(v):] + [v])
+            return
+        if v in seen:
+            return
+        seen.add(v)
+        stack.append(v)
+        for w in sorted(graph[v]):
+            visit(w)
+        stack.pop()
+
+    for v in sorted(graph):
+        visit(v)
+    assert not cycles, "import circles: " + "; ".join(" -> ".join(c) for c in cycles[:5])
+
+
+def test_no_status_is_decided_from_the_wording_of_a_message():
+    """The grading engine decides nothing by matching the text of a message (a phrase ``in`` a detail or a message,
+    a message's ``startswith``): every verdict, evasion, refusal and failure is a typed value from where it is
+    found to where the status is decided (issue: "EVASIONS", "sandbox failed" in a detail, "NoFork")."""
+    wrong = []
+    for rel, tree in _modules():
+        if not rel.startswith(("course/grading/", "course/forbidden/")):
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Compare) and any(isinstance(o, (ast.In, ast.NotIn)) for o in node.ops):
+                left = node.left
+                if _wording(left) and any(_MESSAGE.search(ast.unparse(c)) for c in node.comparators):
+                    wrong.append(f"{rel}:{node.lineno}: {ast.unparse(node)[:100]}")
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and \
+                    node.func.attr in ("startswith", "endswith") and _MESSAGE.search(ast.unparse(node.func.value)) and \
+                    any(_wording(a) for a in node.args):
+                wrong.append(f"{rel}:{node.lineno}: {ast.unparse(node)[:100]}")
+    assert not wrong, "decided from a message's wording:\n" + "\n".join(wrong)

@@ -545,17 +545,17 @@ def test_the_checks_read_frozen_tables_a_notebook_cannot_edit():
     nothing the checks see."""
     from course import forbidden
 
-    saved, families = dict(forbidden.KERNELS), dict(forbidden._FAMILIES)
+    saved, families = dict(forbidden.KERNELS), dict(forbidden.FAMILIES)
     try:
         forbidden.KERNELS.clear()
-        forbidden._FAMILIES.clear()
+        forbidden.FAMILIES.clear()
         assert "kernel aten::_softmax" in _verdict(lambda x: torch.ops.aten._softmax(x, -1, False), "softmax")
     finally:
         forbidden.KERNELS.update(saved)
-        forbidden._FAMILIES.update(families)
+        forbidden.FAMILIES.update(families)
     pieces = forbidden.integrity_pieces()
-    for name in ("_DIRECT", "_FAMILY_OF", "_PATTERN_OF", "_MODULE_OF", "_ATEN_NAMES"):
-        assert pieces[f"course.forbidden.{name}"] is getattr(forbidden, name)
+    for name in ("DIRECT", "FAMILY_OF", "PATTERN_OF", "MODULE_OF", "ATEN_NAMES"):
+        assert pieces[f"course.forbidden.tables.{name}"] is getattr(forbidden, name)
         assert isinstance(getattr(forbidden, name), (tuple, frozenset))
 
 
@@ -634,7 +634,7 @@ def test_guard_measures_the_largest_tensor_below_subclasses():
 
 
 def test_static_reading_flags_reaching_around_the_checks():
-    from course import forbidden
+    from course.grading.judge import reading as forbidden
 
     source = nbformat.read(str(ROOT / "solutions" / L00 / f"{L00}.ipynb"), as_version=4)
     for name, code in ATTACKS_00.items():
@@ -658,11 +658,13 @@ def test_sandbox_package_holds_only_what_learners_get():
 
     pkg = sandbox.learner_package()
     files = {p.relative_to(pkg).as_posix() for p in pkg.rglob("*") if p.is_file()}
-    assert {"__init__.py", "checks.py", "forbidden.py", "grading/sandboxed/worker.py", "grading/sandboxed/wire.py",
+    assert {"__init__.py", "checks.py", "forbidden/__init__.py", "forbidden/guard.py", "grading/sandboxed/worker.py",
+            "grading/sandboxed/wire.py",
             "grading/sandboxed/zygote.py", "grading/sandboxed/ops.py", "grading/__init__.py"} <= files
     leaked = [f for f in files if f.startswith("tools/") or (f.startswith("grading/") and not f.startswith(
         ("grading/sandboxed/", "grading/__init__.py", "grading/__pycache__/__init__.")))]
     assert not leaked, leaked
+    assert not any(f.startswith("grading/judge") for f in files)      # the judge's reading of notebooks: grader-only
     assert "Only course.grading.sandboxed" in (pkg / "grading" / "__init__.py").read_text()   # an empty marker
     binds = sandbox._read_only_paths()
     import course

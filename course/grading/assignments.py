@@ -10,9 +10,13 @@ import tempfile
 from pathlib import Path
 
 from course.tools.workspace import Workspace
+from course.commands.lab import state_dir
+from course.commands.lessons import root
+from importlib.metadata import version as _version
 
 def load_gradebook_library() -> None:
     try:
+        # lazy: nbgrader's gradebook library, a second to import, loads in a thread while the judges start
         from course.tools.workspace import in_process_alembic_head
 
         in_process_alembic_head()
@@ -24,8 +28,6 @@ def _assignment_cache(cache: Path | None) -> Path:
     """Where generated assignments are kept between grading folders: ``cache`` (``$COURSE_GRADE_CACHE``,
     read by the command line), else ``.state/grading-cache`` in the checkout (ignored by git; delete it at
     will)."""
-    from course.commands.lab import state_dir
-
     return Path(cache).expanduser().resolve() if cache else state_dir() / "grading-cache"
 
 
@@ -35,13 +37,9 @@ def generate_assignments(ws: Workspace, lessons: list[str], *, fresh: bool, cach
     gradebook (every shard, every fresh ``--out``) copies them from the assignment cache when this set
     of lesson versions was generated before (the gradebook then holds the assignments and no student),
     else generates them and stores them there. True when they came from the cache."""
-    from importlib.metadata import version as _version
-
     sqlite = fresh and ws.db_url == f"sqlite:///{ws.db_path}" and not ws.db_path.exists()
     folder = None
     if sqlite:
-        from course.commands.lessons import root
-
         # `import nbgrader` takes a second (its server extensions): its version, from the metadata
         key = hashlib.sha256(f"{_version('nbgrader')}\0{ws.course_id}\0".encode())
         config = root() / "autograde" / "nbgrader_config.py"      # the settings generate_assignment reads

@@ -122,6 +122,11 @@ def _only_suffix(only: Sequence[str] | None) -> str:
     return "" if only is None else ":only:" + ",".join(sorted(only))
 
 
+# In the --out folder: the (student, lesson) pairs whose result the last run could not write into the gradebook, so
+# that a run that keeps those results writes them again (read from this file, never from a result's wording).
+NOT_IN_GRADEBOOK = ".course-not-in-gradebook.json"
+
+
 def _reusable(prev: dict | None, digest: str) -> bool:
     """Was this submission (same notebook, same lesson version) graded in the last run, for good?"""
     return bool(prev) and prev.get("sha256") == digest and prev.get("status") not in (Status.GRADER_ERROR.value,)
@@ -135,6 +140,7 @@ def _needs_judge(prev: dict | None, folder: Path, lesson: str, version: str) -> 
 def _progress(total: int, enabled: bool):
     if not enabled:
         return None
+    # lazy: only for the progress bar of a terminal
     from tqdm.auto import tqdm
 
     return tqdm(total=total, unit="nb", desc="grading", dynamic_ncols=True)
@@ -156,6 +162,8 @@ class BatchRun:
         self.items: list[tuple[str, str, Path]] = []
         self.results: dict[tuple[str, str], SubmissionResult] = {}
         self.previous: dict[tuple[str, str], dict] = {}
+        self.sandbox_failed: set[tuple[str, str]] = set()        # submissions whose judge saw its sandbox fail
+        self.not_in_gradebook: set[tuple[str, str]] = set()      # results the gradebook does not hold (NOT_IN_GRADEBOOK)
         self.only_cells = {k: list(v) for k, v in (options.only_cells or {}).items()}
         self.lock = threading.Lock()
         self.broken_sandbox: list[str] = []
@@ -237,6 +245,11 @@ class BatchRun:
                     self.previous[(r["student"], r["lesson"])] = r
             except (ValueError, KeyError, TypeError):
                 self.previous = {}
+        try:                                  # results whose gradebook rows the last run could not write
+            self.not_in_gradebook = {tuple(k) for k in json.loads((self.out / NOT_IN_GRADEBOOK).read_text(encoding="utf-8"))
+                                     if isinstance(k, list) and len(k) == 2}
+        except (OSError, ValueError, TypeError):
+            self.not_in_gradebook = set()
 
     def _start_judges(self) -> None:
         """Judges start now, if anything needs grading, and import their libraries while this process
@@ -256,6 +269,7 @@ class BatchRun:
         prestart = None if o.unsafe_no_sandbox else {"warm": self.warm, "limits": {"memory_mb": o.memory_mb}}
         jobs = min(o.jobs or os.cpu_count() or 1, max(1, self.todo))
         if o.executor == "dask" and self.todo:
+            # lazy: Dask's libraries take seconds to import, and only --executor dask needs them
             from course.grading.dask import DaskJudges
 
             self.judges = DaskJudges(jobs, o.scheduler, o.retries, prestart,     # in each worker's scratch
@@ -347,8 +361,7 @@ class BatchRun:
                 self._finish(res)
             with self.lock:
                 self._report(res)
-            if res.status == Status.GRADER_ERROR.value and "sandbox failed" in res.detail and \
-                    not o.unsafe_no_sandbox and not self.remote:
+            if (res.student, res.lesson) in self.sandbox_failed and not o.unsafe_no_sandbox and not self.remote:
                 ok, why = sandbox.available()
                 if not ok:
                     self.broken_sandbox.append(why)
@@ -422,6 +435,7 @@ class BatchRun:
         if reply.suspicious:
             problems.append("suspicious code: " + "; ".join(reply.suspicious[:6]))
         if broken:
+            self.sandbox_failed.add((student, lesson))      # typed: the batch checks its sandbox again
             problems.append("the grader's sandbox failed: " + "; ".join(broken))
             res.score = 0.0   # as every grader-error: nothing counts until it is graded again
             res.cells = [CellResult(c.grade_id, 0.0, c.max_points, False,
@@ -442,6 +456,7 @@ class BatchRun:
         if not now and start - self.written["at"] < max(2.0, 20 * self.written["took"]):
             return
         write_results(self.out, self.results.values())
+        atomic_write(self.out / NOT_IN_GRADEBOOK, json.dumps(sorted(self.not_in_gradebook)) + "\n")
         self.written.update(at=start, took=time.perf_counter() - start)
 
     def _finish(self, res: SubmissionResult, reply: Reply | None = None, kept: bool = False) -> SubmissionResult:
@@ -457,12 +472,15 @@ class BatchRun:
                 res.detail += f"; feedback not written ({reply.feedback_error or 'no page'})"
         with self.lock:
             # A result kept from the last run is in this gradebook already (unless it was not written then).
+            key = (res.student, res.lesson)
             if res.status != Status.UNKNOWN_LESSON.value and res.lesson in self.sources and not (
-                    kept and self.gradebook_kept and "gradebook not updated" not in res.detail):
+                    kept and self.gradebook_kept and key not in self.not_in_gradebook):
                 try:
                     self.gradebook.record(res)
+                    self.not_in_gradebook.discard(key)
                 except Exception as exc:  # noqa: BLE001
                     res.detail += f"; gradebook not updated ({type(exc).__name__}: {str(exc)[:120]})"
+                    self.not_in_gradebook.add(key)
             self.results[(res.student, res.lesson)] = res
             if not kept:                        # kept ones are written with the next graded one, or at the end
                 self._write_all(now=False)

@@ -34,6 +34,9 @@ from dataclasses import asdict
 from pathlib import Path
 
 from course.grading.protocol import ProtocolError, Reply, Spec
+from course.grading.pool import Judges
+import course
+import logging
 
 PLUGIN = "course-judge"
 
@@ -41,8 +44,6 @@ PLUGIN = "course-judge"
 def code_version() -> str:
     """A digest of this course package's Python files: the grader and each worker compare theirs, since a
     standing cluster's judges outlive an upgrade of the files they were started from."""
-
-    import course
 
     global _CODE
     if _CODE is None:
@@ -63,8 +64,6 @@ class JudgePlugin:
     prestart: dict | None = None                   # the warm sandbox its judge launches first (warm, limits)
 
     def setup(self, worker=None):
-        from course.grading.pool import Judges
-
         self.scratch = Path(tempfile.mkdtemp(prefix="course-dask-"))
         os.chmod(self.scratch, 0o711)              # as a local batch's scratch: sandboxes get their own folders in it
         self.lessons: dict[str, dict] = {}
@@ -111,12 +110,14 @@ class JudgePlugin:
 
 def grade_on_worker(task: dict) -> dict:
     """The task a worker runs: its plugin's warm judge grades one submission."""
+    # lazy: distributed takes seconds to import; this module's names are pickled to workers without it
     from distributed import get_worker
 
     return get_worker().plugins[PLUGIN].grade(task)
 
 
 def _worker_plugin(prestart: dict | None = None, keep: bool = False):
+    # lazy: distributed takes seconds to import; this module's names are pickled to workers without it
     from distributed import WorkerPlugin
 
     class CourseJudgePlugin(JudgePlugin, WorkerPlugin):
@@ -136,6 +137,7 @@ class DaskJudges:
     def __init__(self, jobs: int, scheduler: str | None = None, retries: int = 2, prestart: dict | None = None,
                  plugins: list | None = None):
         try:
+            # lazy: distributed takes seconds to import; this module's names are pickled to workers without it
             import distributed  # noqa: F401
         except ImportError:
             raise SystemExit("course grade --executor dask needs Dask: pip install 'course[dask]'") from None
@@ -166,7 +168,9 @@ class DaskJudges:
         return f"embedded Dask LocalCluster ({self.jobs} single-threaded workers)"
 
     def _connect(self) -> None:
+        # lazy: Dask takes seconds to import; only a batch on a cluster needs it
         import dask
+        # lazy: distributed takes seconds to import; this module's names are pickled to workers without it
         from distributed import Client, LocalCluster
 
         t = time.perf_counter()
@@ -176,8 +180,6 @@ class DaskJudges:
             self.client = Client(self.scheduler, timeout="30s")
             self.client.wait_for_workers(1, timeout=120)
         else:
-            import logging
-
             # allowed-failures: how many dying workers a submission may be on before it is KilledWorker.
             dask.config.set({"distributed.scheduler.allowed-failures": self.retries})
             self.cluster = LocalCluster(n_workers=self.jobs, threads_per_worker=1, processes=True, host="127.0.0.1",
@@ -233,6 +235,7 @@ class DaskJudges:
         return self._bundles[source]
 
     def grade(self, slot: int, spec: Spec) -> Reply:
+        # lazy: distributed takes seconds to import; this module's names are pickled to workers without it
         from distributed import KilledWorker
 
         self.start_all()

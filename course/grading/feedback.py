@@ -13,6 +13,7 @@ import nbformat
 from course.grading.intake import against_release, as_plain_text
 from course.grading.notebooks import test_cells
 from course.grading.results import SubmissionResult
+import html as _html
 
 _HIDDEN = re.compile(r"### BEGIN HIDDEN TESTS.*?### END HIDDEN TESTS\n?", re.S)
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -162,14 +163,14 @@ def _feedback_exporter():
     BeautifulSoup pass, and with Pygments' output kept per cell source for every cell but the
     learner's answers: test cells and given code are the same in every submission of a lesson.
     Falls back to the plain exporter (same page, slower) if this nbconvert lacks the pieces it uses."""
-    import html as _html
-
+    # lazy: nbconvert and jinja2 take a second to import; only a judge that renders a page needs them
     from jinja2 import DictLoader
     from nbconvert import HTMLExporter
 
     options = dict(sanitize_html=True, template_name="lab", template_file="course_feedback.html.j2",
                    extra_loaders=[DictLoader({"course_feedback.html.j2": _FEEDBACK_TEMPLATE})])
     try:
+        # lazy: as above
         from jinja2 import pass_context
         from nbconvert.exporters.templateexporter import TemplateExporter
         from nbconvert.filters import clean_html as clean_html_filter
@@ -238,8 +239,6 @@ def _feedback_exporter():
 
 def _summary_html(result: SubmissionResult) -> str:
     """The score and one row per test, as the first thing on the feedback page."""
-    import html as _html
-
     rows = "".join(
         f"<tr><td><code>{_html.escape(c.grade_id)}</code></td><td>{c.points:g} / {c.max_points:g}</td>"
         f"<td>{'passed' if c.passed else 'failed: ' + _html.escape(c.message)}</td></tr>" for c in result.cells)

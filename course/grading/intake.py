@@ -17,6 +17,8 @@ from pathlib import Path
 import nbformat
 
 from course.grading.results import atomic_write
+from course.grading import owned
+import hashlib
 
 MAX_NOTEBOOK_BYTES = 100 * 2**20       # a notebook larger than this is refused unread
 MAX_CELLS = 2000                        # more cells than this: refused (rendering them would take minutes)
@@ -101,8 +103,6 @@ def open_submission(path: Path) -> tuple[int | None, str]:
     Opened through descriptors from the submissions folder down (:func:`course.grading.owned.open_folder`), each
     component with ``O_NOFOLLOW``: a student or lesson folder swapped for a link after :func:`find_notebook` looked
     at it is refused, never followed, as the file itself is."""
-    from course.grading import owned
-
     folder, why = owned.open_folder(path.parents[2], [path.parent.parent.name, path.parent.name])
     if folder is None:
         return None, Refused(f"the folder {why} (links are never followed; hand in plain folders and files)")
@@ -118,8 +118,6 @@ def open_submission(path: Path) -> tuple[int | None, str]:
 
 def submission_digest(path: Path) -> str:
     """The SHA-256 of the handed-in file, read as :func:`read_notebook` reads it ("" when it cannot be)."""
-    import hashlib
-
     fd, _ = open_submission(path)
     if fd is None:
         return ""

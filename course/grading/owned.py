@@ -24,6 +24,7 @@ import os
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path
+import pwd
 
 __all__ = ["Refusal", "Tree", "open_folder", "read_tree", "read_file", "entry_problem"]
 
@@ -57,8 +58,6 @@ class Tree:
 
 
 def _account(uid: int) -> str:
-    import pwd
-
     try:
         return pwd.getpwuid(uid).pw_name
     except KeyError:

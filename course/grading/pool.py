@@ -13,37 +13,18 @@ import sys
 import threading
 import time
 
+from course.grading.pidfd import PidfdProcess
 from course.grading.protocol import FORK, FORKED, ProtocolError, Reply, Spec
+from course.grading import sandbox
 
-class ForkedJudge:
+class ForkedJudge(PidfdProcess):
     """A judge forked by the judges' fork server (:func:`course.grading.judge.serve_forks`): not this
-    process's child, so it is watched and killed through a pidfd (``Popen``'s interface, as used here)."""
+    process's child, so it is watched and killed through a pidfd, with its two pipes."""
 
     def __init__(self, pid: int, pidfd: int, stdin_fd: int, stdout_fd: int):
-        self.pid, self.pidfd, self.returncode = pid, pidfd, None
+        super().__init__(pid, pidfd, "judge")
         self.stdin = os.fdopen(stdin_fd, "w", encoding="utf-8")
         self.stdout = os.fdopen(stdout_fd, "r", encoding="utf-8")
-
-    def poll(self):
-
-        if self.returncode is None and select.select([self.pidfd], [], [], 0)[0]:
-            self.returncode = -9
-        return self.returncode
-
-    def wait(self, timeout=None):
-
-        if self.returncode is None:
-            if not select.select([self.pidfd], [], [], timeout)[0]:
-                raise subprocess.TimeoutExpired("judge", timeout)
-            self.returncode = -9
-        return self.returncode
-
-    def kill(self):
-
-        try:
-            signal.pidfd_send_signal(self.pidfd, signal.SIGKILL)
-        except OSError:
-            pass
 
     def release(self):
         for thing in (self.stdin, self.stdout):
@@ -51,9 +32,7 @@ class ForkedJudge:
                 thing.close()
             except OSError:
                 pass
-        if self.pidfd >= 0:
-            os.close(self.pidfd)
-            self.pidfd = -1
+        self.close()
 
 
 class Judges:
@@ -76,8 +55,6 @@ class Judges:
         self._closed = False
 
     def _env(self) -> dict:
-        from course.grading import sandbox
-
         env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONSAFEPATH="1")
         # The judges import the course package this process imports, whatever folder the command was run in.
         env["PYTHONPATH"] = os.pathsep.join([sandbox.package_path()] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])

@@ -132,8 +132,10 @@ class GradebookWriter:
         self.ws, self.gb = ws, None
 
     def record(self, res: SubmissionResult) -> None:
+        # lazy: nbgrader's gradebook takes a second to import; only its writer needs it
         from nbgrader.api import Gradebook, MissingEntry
 
+        # lazy: the gradebook's schema check, with nbgrader's
         from course.tools.workspace import in_process_alembic_head
 
         if self.gb is None:
@@ -174,6 +176,7 @@ class GradebookWriter:
 
 def without_password(url: str) -> str:
     try:
+        # lazy: only to hide a password in a message
         from sqlalchemy.engine import make_url
 
         return make_url(url).render_as_string(hide_password=True)

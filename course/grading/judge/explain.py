@@ -54,6 +54,8 @@ def raised_by_the_test(exc: BaseException, filename: str) -> bool:
 def explained(exc: BaseException, message: str, *, src: str, filename: str, hidden: set[int]) -> str:
     """``message`` (already ``"Type: text"``) with where it happened and what the cell checks, when the failure
     is an exception; a check's own sentence is returned unchanged."""
+    # WITHHELD is the judge's own placeholder for a withheld text (Session._withheld), which test code may have wrapped
+    # in a message of its own: found by the placeholder, and replaced by words that say where it happened
     withheld = WITHHELD in message
     text = str(exc).strip()
     about = purpose(src)
@@ -86,7 +88,7 @@ def explained(exc: BaseException, message: str, *, src: str, filename: str, hidd
         name = getattr(exc, "name", None) or (re.findall(r"(?:name|variable) '(\w+)'", text) or ["?"])[0]
         if not learners:
             return f"{message}.{tail}"                  # the cell's own lookup: "run (or fix) the cell that defines it"
-        if isinstance(exc, UnboundLocalError) or "local variable" in text:
+        if isinstance(exc, UnboundLocalError):
             return (f"UnboundLocalError: your code reads its variable '{name}' before giving it a value (raised "
                     f"{where}): assign it first, on every path through your function.{tail}")
         return (f"NameError: your code uses the name '{name}', which is not defined where it runs (raised {where}): "

@@ -10,7 +10,9 @@ import torch
 
 from course import checks
 from course.grading.judge.errors import BUILTIN_ERRORS, WorkerGone
+from course.grading.sandboxed.wire import WorkerOp
 from course.grading.sandboxed import wire
+import sys
 
 # -- the stand-in for objects that live in the sandbox --------------------------------------------
 
@@ -36,8 +38,6 @@ def _claimable(cls) -> bool:
 
 def trusted_class(module, qual):
     """The class ``module.qual`` names, if a trusted module is loaded here and has it (imports nothing)."""
-    import sys
-
     obj = sys.modules.get(str(module))
     if obj is None:
         return None
@@ -48,8 +48,6 @@ def trusted_class(module, qual):
 
 def resolve_class(info: dict):
     """The class a remote object claims to be: the real one for torch/builtins, else a stand-in."""
-    import sys
-
     mro = [tuple(x) for x in info.get("mro", []) if isinstance(x, (list, tuple)) and len(x) == 2]
     bases = []
     for module, qual in mro:
@@ -104,53 +102,53 @@ class Remote:
             return extra[name]
         if name.startswith("__") and name.endswith("__") and name not in ("__name__", "__qualname__", "__doc__"):
             raise AttributeError(name)
-        return self._r("getattr", name=name)
+        return self._r(WorkerOp.GETATTR, name=name)
 
     def __setattr__(self, name, value):
-        self._r("setattr", name=name, value=outgoing(value))
+        self._r(WorkerOp.SETATTR, name=name, value=outgoing(value))
 
     def __call__(self, *args, **kwargs):
         walk = Walk()           # one walk: the copies to send, the judge's tensors among them, any stand-in
         args, kwargs, mutable = outgoing(args, walk, 1), outgoing(kwargs, walk, 1), walk.tensors
         # the worker skips its own walks where they would find nothing (no tensor to watch, no handle to resolve)
-        return self._r("call", args=args, kwargs=kwargs, grad=torch.is_grad_enabled(), mutable=mutable,
+        return self._r(WorkerOp.CALL, args=args, kwargs=kwargs, grad=torch.is_grad_enabled(), mutable=mutable,
                        tensors=bool(mutable), handles=walk.handles, containers=checks.in_place_changes_seen(),
                        held=walk.containers)
 
     def __getitem__(self, key):
-        return self._r("getitem", key=outgoing(key))
+        return self._r(WorkerOp.GETITEM, key=outgoing(key))
 
     def __setitem__(self, key, value):
-        self._r("setitem", key=outgoing(key), value=outgoing(value))
+        self._r(WorkerOp.SETITEM, key=outgoing(key), value=outgoing(value))
 
     def __len__(self):
-        n = self._r("len")
+        n = self._r(WorkerOp.LEN)
         if not isinstance(n, int) or n < 0:
             raise TypeError("len() of the learner's object is not a non-negative integer")
         return n
 
     def __iter__(self):
-        items = self._r("iter")
+        items = self._r(WorkerOp.ITER)
         if not isinstance(items, list):
             raise TypeError("the learner's object could not be iterated")
         return iter(items)
 
     def __contains__(self, item):
-        return bool(self._r("contains", item=outgoing(item)) is True)
+        return bool(self._r(WorkerOp.CONTAINS, item=outgoing(item)) is True)
 
     def __bool__(self):
-        return self._r("bool") is True
+        return self._r(WorkerOp.BOOL) is True
 
     def __enter__(self):                 # `with` a learner's context manager: entered and left in the sandbox
-        return self._r("enter")
+        return self._r(WorkerOp.ENTER)
 
     def __exit__(self, kind, error, tb):
         name = kind.__name__ if kind is not None and kind.__name__ in BUILTIN_ERRORS else (
             "Exception" if kind is not None else None)
-        return self._r("leave", error=name) is True
+        return self._r(WorkerOp.LEAVE, error=name) is True
 
     def __repr__(self):
-        text = self._r("repr")
+        text = self._r(WorkerOp.REPR)
         return str(text)[:2000] if isinstance(text, str) else "<learner's object>"
 
     __str__ = __repr__

@@ -17,10 +17,13 @@ from course import checks
 from course.grading import sandbox
 from course.grading.feedback import graded_notebook, render_feedback
 from course.grading.judge.explain import explained
-from course.grading.judge.errors import BUILTIN_ERRORS, Exhausted, NotebookLimit, ProcessLimit, RemoteError, WorkerGone
+from course.grading.judge.errors import BUILTIN_ERRORS, Exhausted, NoFork, NotebookLimit, ProcessLimit, RemoteError, WorkerGone
 from course.grading.judge.lesson import compiled, free_names, lesson_notebook, memoised, solution_sources, trusted_context
 from course.grading.judge.remote import Remote
-from course.grading.judge.scrutiny import EVASIONS, forbidden_aliases, suspicious
+from course.grading.judge import reading
+from course.grading.sandboxed.wire import WorkerOp
+from course.forbidden.violations import Kind, Violation
+from course.grading.judge.scrutiny import forbidden_aliases, suspicious
 from course.grading.judge.session import MISSING, Session
 from course.grading.judge.watchdog import NOT_ASKED, WATCHDOG, verdicts_of
 from course.grading.protocol import CellVerdict, Event, EventKind, Reply, Spec
@@ -46,24 +49,26 @@ class _ForbidHook:
                 error = exc
             started, last = s.census() if s.proc is not None and s.proc.poll() is None else (0, first)
             called = s.unforbid() if s.proc is not None and s.proc.poll() is None else []
+            seen = []                      # what the judge itself saw (the sandbox's PID 1 told it), before the worker's word
             if started or last != first:   # the sandbox's PID 1 saw a process or a thread start meanwhile
-                called = [f"your code started a thread or a process while the check of forbidden calls was on "
-                          f"(seen by the sandbox itself): this exercise asks you to {why}, in the process that "
-                          "calls your function."] + (called if isinstance(called, list) else [])
+                seen.append(Violation(Kind.THREAD, f"your code started a thread or a process while the check of forbidden "
+                                      f"calls was on (seen by the sandbox itself): this exercise asks you to {why}, in the "
+                                      "process that calls your function."))
             if s.native:                   # machine code of the notebook's own: below every check (PID 1 saw it)
-                called = [f"your notebook runs native code it compiled or wrote itself ({s.native[0]}): machine code "
-                          "runs below the check of forbidden calls, which sees Python and PyTorch's operators only, so "
-                          "the tests that check this exercise's rule fail for a notebook that loads it. This exercise "
-                          f"asks you to {why}."] + (called if isinstance(called, list) else [])
+                seen.insert(0, Violation(Kind.NATIVE, f"your notebook runs native code it compiled or wrote itself "
+                                         f"({s.native[0]}): machine code runs below the check of forbidden calls, which sees "
+                                         "Python and PyTorch's operators only, so the tests that check this exercise's rule "
+                                         f"fail for a notebook that loads it. This exercise asks you to {why}."))
             if s.worker_woke:              # the tests' fork woke the stopped learner's process
-                called = [f"your code woke the process the tests had stopped (its own threads could work for "
-                          f"the function under test): this exercise asks you to {why}, in the process that "
-                          "calls your function."] + (called if isinstance(called, list) else [])
-            if isinstance(called, list) and called:
-                evasions = [str(c)[:300] for c in called if any(m in str(c) for m in EVASIONS)]
+                seen.insert(0, Violation(Kind.WOKE, f"your code woke the process the tests had stopped (its own threads "
+                                         f"could work for the function under test): this exercise asks you to {why}, in "
+                                         "the process that calls your function."))
+            called = seen + called
+            if called:
+                evasions = [c.text[:300] for c in called if c.evasion]
                 if evasions and len(s.lies) < 5:        # reaching around the check, not a plain forbidden call
                     s.lies.append(f"went around the check of forbidden calls: {evasions[0]}")
-                raise AssertionError(str(called[0])[:2000])
+                raise AssertionError(called[0].text[:2000])
             if error is not None:
                 raise error
         return hook()
@@ -173,10 +178,9 @@ class SubmissionRun:
         self.phase = {"start": 0.0, "cells": 0.0, "tests": 0.0}
 
     def run(self) -> Reply:
-        from course import forbidden
 
         hooks = checks.GradingHooks(forbid=_ForbidHook(weakref.ref(self.session)),
-                                    tampering=tuple(forbidden.tampering(self.nb, self.source)))
+                                    tampering=tuple(reading.tampering(self.nb, self.source)))
         try:
             with checks.graded_by(hooks):     # reaching around forbid() fails the tests that use it
                 self._walk()
@@ -251,7 +255,7 @@ class SubmissionRun:
                 self.fork, known = None, self.fork
                 end_tests(session, known, self.timeout, self.total_deadline)
             session.deadline = min(time.monotonic() + self.timeout, self.total_deadline)
-            reply = session.request("cell", source=source, index=idx)
+            reply = session.request(WorkerOp.CELL, source=source, index=idx)
             self.outputs[idx] = self.shown.take(reply, after_a_test=self.tested)
             self.executed.append((idx, source))
         except WorkerGone as exc:
@@ -289,7 +293,7 @@ class SubmissionRun:
                 for idx, src in self.executed:
                     session.deadline = min(time.monotonic() + self.timeout, self.total_deadline)
                     try:
-                        session.request("cell", source=src, index=idx)
+                        session.request(WorkerOp.CELL, source=src, index=idx)
                     finally:
                         session.deadline = None
             except WorkerGone as exc:
@@ -335,10 +339,9 @@ class SubmissionRun:
         if session.started_in_tests:
             self.pasted.append(f"started {session.started_in_tests} process(es) while its tests ran (each ended "
                                "before the next test or check)")
-        from course import forbidden
 
         found = list(dict.fromkeys(self.pasted + session.lies + suspicious(nb, source) + tampering +
-                                   forbidden.means(nb, source) +
+                                   reading.means(nb, source) +
                                    forbidden_aliases(nb, source, self.memo)))
         reply = Reply(cells=[CellVerdict(**c) for c in verdicts_of(self.tests, self.results, nb)],
                       outputs={str(k): v for k, v in self.outputs.items()}, events=self.events[:50],
@@ -377,10 +380,11 @@ def run_test(session: Session, cell, context: dict, student_defs: dict, timeout:
     (It talks to a fork of the worker, made by :func:`fork_for_tests` before it.)"""
     src = cell.source
     ns = dict(context)
-    ns.update(getattr(session, "test_defs", {}))
+    ns.update(session.test_defs)
     torch.manual_seed(0)
     random.seed(0)
     try:
+        # optional: NumPy's seed, where NumPy is installed
         import numpy as np
         np.random.seed(0)
     except ImportError:  # pragma: no cover
@@ -395,12 +399,13 @@ def run_test(session: Session, cell, context: dict, student_defs: dict, timeout:
     session.hidden_lines = (filename, _hidden_block_lines(src))
     session.timed_out_in = None
     session.ran_triton = False
-    injected = []
+    injected: list[str] = []
+    before: dict = {}                    # the names taken from the notebook, as the cell began
     try:
         for name in free_names(src):
             if name in ns or hasattr(builtins, name):
                 continue
-            value = session.request("global", name=name)
+            value = session.request(WorkerOp.GLOBAL, name=name)
             if value is MISSING:
                 continue
             if isinstance(value, Remote) or type(value) is Remote:
@@ -430,11 +435,11 @@ def run_test(session: Session, cell, context: dict, student_defs: dict, timeout:
     session.hidden_lines = None
     # Names the test cell defined stay for later test cells (like a notebook); stand-ins do not (they
     # live in the test's fork).
-    keep = getattr(session, "test_defs", {})
+    keep = session.test_defs
     for k, v in ns.items():
         if k in context or k.startswith("__"):
             continue
-        if k in injected and before_same(ns, k, locals().get("before", {})):
+        if k in injected and before_same(ns, k, before):
             continue
         if isinstance(v, Remote) or type(v) is Remote:
             continue
@@ -447,8 +452,8 @@ def _running(session: Session, ns: dict, injected: list) -> str | None:
     """Which of the learner's names the test was calling when it ran out of time: a function or class the cell
     took from the notebook, or an object of such a class (by the class's name). Only those public names are
     ever shown: an object's own description comes from the learner's process and could carry anything."""
-    op, hid = getattr(session, "timed_out_in", None) or (None, None)
-    if op != "call" or hid is None:
+    op, hid = session.timed_out_in or (None, None)
+    if op != WorkerOp.CALL or hid is None:
         return None
     for name in injected:
         value = ns.get(name)
@@ -467,29 +472,29 @@ def fork_for_tests(session: Session, timeout: int, total_deadline: float = float
     into later cells. Returns the stand-ins that existed before."""
     session.deadline = min(time.monotonic() + timeout, total_deadline)
     try:
-        if session.request("test-begin") != "forked":
+        if session.request(WorkerOp.TEST_BEGIN) != "forked":
             raise WorkerGone("the sandbox broke the grading protocol (no fork for the tests)")
-    except RemoteError as exc:
-        if not str(exc).startswith("NoFork"):
-            raise WorkerGone("the sandbox broke the grading protocol (no fork for the tests)") from None
+    except NoFork:
         # Believed only to the claimant's cost: it ends this notebook's grading, nobody else's.
         raise ProcessLimit(f"your code holds every process and thread it may start (the limit is "
                            f"{session.limits.processes}), so the tests could not start (each runs in a process of "
                            "its own); the rest of the notebook was not graded. End the threads and processes your "
                            "code starts.") from None
+    except RemoteError:
+        raise WorkerGone("the sandbox broke the grading protocol (no fork for the tests)") from None
     finally:
         session.deadline = None
-    claimed = getattr(session, "last_reply", {}).get("pid")           # the fork's word, checked by PID 1
-    session.fence(claimed if type(claimed) is int else 0)              # the worker stopped, nothing else running
-    threads = getattr(session, "last_reply", {}).get("threads")      # the worker's word: a hint, nothing more
-    session.fork_threads = threads if type(threads) is int and 0 < threads < 100_000 else 0
+    said = session.last_reply
+    session.fence(said.pid or 0)                                       # the fork's word, checked by PID 1
+    threads = said.threads or 0                                        # the worker's word: a hint, nothing more
+    session.fork_threads = threads if 0 < threads < 100_000 else 0
     return set(session.proxies)
 
 
 def _triton_hint(session) -> str:
     """Why a test of Triton kernels may hang or crash besides a loop: the interpreter does not stop a load or a
     store outside its tensor (a missing mask), which can overwrite the process's memory."""
-    if not getattr(session, "ran_triton", False):
+    if not session.ran_triton:
         return ""
     return (" Your Triton kernels were running: under Triton's interpreter, a tl.load or tl.store that reaches past "
             "its tensor (a missing mask, an offset computed past T or past the last head) is not stopped, and can "
@@ -499,7 +504,7 @@ def _triton_hint(session) -> str:
 
 def _threads_hint(session) -> str:
     """Why a test may time out where the notebook does not: the threads the learner's code had started."""
-    n = getattr(session, "fork_threads", 0)
+    n = session.fork_threads
     if not n:
         return ""
     return (f" Your code had started {n} thread{'s' if n > 1 else ''} before these tests (a thread pool, an event "
@@ -511,7 +516,7 @@ def _threads_hint(session) -> str:
 def end_tests(session: Session, known: set, timeout: int, total_deadline: float = float("inf")) -> None:
     session.deadline = min(time.monotonic() + timeout, total_deadline)
     try:
-        if session.request("test-end") != "ended":
+        if session.request(WorkerOp.TEST_END) != "ended":
             raise WorkerGone("the sandbox broke the grading protocol (the tests' fork did not end)")
         session.resume()
     finally:

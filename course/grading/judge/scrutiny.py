@@ -7,6 +7,8 @@ import ast
 import functools
 
 from course.grading.judge.lesson import memoised
+from course.grading.judge import reading
+from course.grading.judge.reading import given_cells
 
 # Strings that name the grader's own modules (a learner's code has no business with them).
 GRADER_NAMES = ("course.tools", "course.grading", "tools.worker", "sandboxed.worker", "grading.judge")
@@ -35,8 +37,6 @@ def suspicious(nb, source_nb=None) -> list[str]:
     sockets and ctypes. The lesson's own given and experiment cells (``source_nb``) are not the learner's
     code and are not reported (their imports still count, for the aliases they define).
     """
-    from course.forbidden import given_cells
-
     given_sources, experiment_ids = given_cells(source_nb) if source_nb is not None else (set(), set())
     trees, unreadable = [], []
     patchable = set(PATCHABLE)
@@ -82,7 +82,7 @@ def suspicious(nb, source_nb=None) -> list[str]:
             elif isinstance(node, (ast.Import, ast.ImportFrom)):
                 mods = [a.name for a in node.names] + ([node.module] if isinstance(node, ast.ImportFrom) and node.module else [])
                 for m in mods:
-                    # (multiprocessing and threads: course.forbidden.means, which leaves cpu_count() alone)
+                    # (multiprocessing and threads: course.grading.judge.reading.means, which leaves cpu_count() alone)
                     if m and (m.split(".")[0] in ("ctypes", "socket", "subprocess", "gc", "sqlite3", "urllib", "http",
                                                   "requests", "signal", "pty", "__main__")
                               or m.startswith("torch.library")):
@@ -132,19 +132,8 @@ def _read_import_aliases(source: str):
     return frozenset(names)
 
 
-# What course.forbidden.Guard and Worker.unforbid say when a learner's code went around the check (as opposed
-# to calling a forbidden function): such a notebook is `suspicious` too.
-EVASIONS = ("started a thread or a process", "switched off or covered", "was removed while", "your code replaced",
-             "took its data out of PyTorch", "another thread of your code was running", "its profile hook",
-             "an operator defined by your code", "woke the process the tests had stopped",
-             "computes under another name", "runs native code it compiled or wrote",
-             "through whatever name or helper reached it")
-
-
 def forbidden_aliases(nb, source, memo: dict | None = None) -> list[str]:
     """Forbidden functions of this lesson taken as values in the learner's cells (course.forbidden)."""
-    from course import forbidden
-
-    names = memoised(memo, "lesson_names", lambda: forbidden.lesson_names(source)) if memo is not None else \
-        forbidden.lesson_names(source)
-    return forbidden.aliases(nb, names, source)
+    names = memoised(memo, "lesson_names", lambda: reading.lesson_names(source)) if memo is not None else \
+        reading.lesson_names(source)
+    return reading.aliases(nb, names, source)

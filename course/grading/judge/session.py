@@ -19,40 +19,22 @@ import torch
 
 from course import checks, forbidden
 from course.grading import cgroups, sandbox
-from course.grading.judge.errors import WITHHELD, BUILTIN_ERRORS, ProcessLimit, WorkerGone, rebuild_error
+from course.grading.pidfd import PidfdProcess
+from course.grading.judge.errors import WITHHELD, BUILTIN_ERRORS, NoFork, ProcessLimit, WorkerGone, rebuild_error
 from course.grading.judge.remote import Remote, copy_back, mirror, trusted_class, TRUSTED_MODULES
 from course.grading.sandboxed import wire
 from course.grading.sandboxed.wire import WorkerOp, ZygoteEvent, ZygoteOp
+from course.forbidden.violations import Violation
 
 # -- one worker in its sandbox ---------------------------------------------------------------------
 
-class Foster:
+class Foster(PidfdProcess):
     """A sandbox this judge owns but did not start: the judges' fork server launched it before the judge
-    was forked (:func:`serve_forks`), so it is the server's child. Watched and killed through a pidfd,
-    which names that process and no other, even once it has ended (the server reaps it)."""
-
-    stdin = stdout = None
+    was forked (:func:`serve_forks`), so it is the server's child, watched and killed through a pidfd (the
+    server reaps it)."""
 
     def __init__(self, pid: int, pidfd: int):
-        self.pid, self.pidfd, self.returncode = pid, pidfd, None
-
-    def poll(self):
-        if self.returncode is None and select.select([self.pidfd], [], [], 0)[0]:
-            self.returncode = -signal.SIGKILL          # ended; its status is the server's to collect
-        return self.returncode
-
-    def wait(self, timeout=None):
-        if self.returncode is None:
-            if not select.select([self.pidfd], [], [], timeout)[0]:
-                raise subprocess.TimeoutExpired("sandbox", timeout)
-            self.returncode = -signal.SIGKILL
-        return self.returncode
-
-    def kill(self):
-        try:
-            signal.pidfd_send_signal(self.pidfd, signal.SIGKILL)   # bubblewrap; its PID 1 dies with it
-        except (ProcessLookupError, OSError):
-            pass
+        super().__init__(pid, pidfd, "sandbox")
 
 
 def terminate(proc) -> None:
@@ -197,6 +179,14 @@ class Session:
         self.woke_count = 0
         self.lies: list[str] = []            # what the worker claimed that cannot be true
         self.watches: dict = {}              # inside a seeing block: each call's inputs, by the number the worker gave
+        # What the test cells leave for the next ones and what the judge learns of the learner's process while they
+        # run, declared here (run.py reads and sets them):
+        self.test_defs: dict = {}            # names a test cell defined, for the later test cells (as in a notebook)
+        self.pending = None                  # (op, handle) of the request in flight
+        self.timed_out_in = None             # (op, handle) of the first request of a test cell that ran out of time
+        self.ran_triton = False              # the running test cell's checks launched the learner's Triton kernels
+        self.fork_threads = 0                # threads of the learner's process when the tests forked (a hint)
+        self.last_reply = wire.WorkerReply(ok=False)     # the worker's last answer
         # The check of forbidden calls (names, why, limit) while a test's block of it runs, and the learner's
         # objects made under it: using one after the block runs under the same check again (an answer that
         # computes its values only when the test reads them is checked where it computes).
@@ -398,8 +388,8 @@ class Session:
     def _out_of_time(self) -> WorkerGone:
         """The time limit, reached in the request now pending: remembered (the first of a test's requests to run
         out of time names what the learner's code was doing; the requests that end the check after it fail too)."""
-        if getattr(self, "timed_out_in", None) is None:
-            self.timed_out_in = getattr(self, "pending", None)
+        if self.timed_out_in is None:
+            self.timed_out_in = self.pending
         return WorkerGone("ran past the time limit", timeout=True)
 
     def _make_remote(self, hid, info):
@@ -418,18 +408,19 @@ class Session:
 
     def forbid(self, names, why, limit=None, work=None) -> None:
         """Start the check of forbidden calls in the worker (a test's ``checks.forbid`` block)."""
-        self.request("forbid", names=list(names), why=why, limit=None if limit is None else int(limit),
+        self.request(WorkerOp.FORBID, names=list(names), why=why, limit=None if limit is None else int(limit),
                      work=None if work is None else int(work))
         self.checking.append((tuple(names), why, limit, work))
         if forbidden.TRITON in names:          # the test runs the learner's Triton kernels (a hint if it hangs)
             self.ran_triton = True
 
     def unforbid(self) -> list:
-        """End it: what the worker saw violated meanwhile (sentences)."""
+        """End it: what the worker saw violated meanwhile, as :class:`course.forbidden.violations.Violation` values
+        (each checked on receipt: a kind the judge does not know is ``UNREADABLE``)."""
         if self.checking:
             self.checking.pop()
-        called = self.request("unforbid")
-        return called if isinstance(called, list) else []
+        called = self.request(WorkerOp.UNFORBID)
+        return [Violation.from_wire(c) for c in called[:20]] if isinstance(called, list) else []
 
     def _checked_again(self, hid, op, kw):
         """A request on an object made under the check, after its block ended: under the check again."""
@@ -446,6 +437,8 @@ class Session:
     def request(self, op, *, mutable=None, held=None, **kw):
         """Send one request; the answer, as data. ``mutable``: the judge's own tensors passed in the
         call (in the order the worker walks them), to receive the changes the call made to them."""
+        if not isinstance(op, WorkerOp):          # the protocol's requests are declared: never a string
+            raise TypeError(f"a request to the worker is a WorkerOp, not {op!r}")
         if self._dead() or self.wfd is None:
             raise WorkerGone("the sandbox running the notebook died (os._exit, a crash, or out of memory)")
         if not self.saw_hidden and self.at_hidden_line():
@@ -459,7 +452,7 @@ class Session:
             self.watches = {}
         self.pending = (op, kw.get("h"))          # what the worker was doing, should it run out of time
         try:
-            payload = wire.encode_request({"op": WorkerOp(op).value, **kw})
+            payload = wire.encode_request({"op": op.value, **kw})
         except pickle_errors() as exc:
             raise TypeError(f"this value cannot be sent to the learner's code: {exc}") from None
         deadline = self.deadline if self.deadline is not None else time.monotonic() + 600
@@ -469,23 +462,24 @@ class Session:
             raise self._out_of_time() from None
         except (BrokenPipeError, OSError):
             raise WorkerGone("the sandbox running the notebook died (os._exit, a crash, or out of memory)") from None
-        reply = self._read()
-        if not isinstance(reply, dict):
-            raise WorkerGone("the sandbox broke the grading protocol (a malformed answer)")
-        if mutable and isinstance(reply.get("mutated"), list) and seeing:
-            copy_back(mutable, reply["mutated"])      # only where a test checks its inputs (else: thrown away)
+        try:
+            reply = wire.WorkerReply.parse(self._read())
+        except wire.WireError:
+            raise WorkerGone("the sandbox broke the grading protocol (a malformed answer)") from None
+        if mutable and reply.mutated is not None and seeing:
+            copy_back(mutable, reply.mutated)      # only where a test checks its inputs (else: thrown away)
         if seeing:
-            if reply.get("tampered"):
+            if reply.tampered:
                 if len(self.lies) < 5:
-                    self.lies.append(f"replaced {', '.join(map(str, reply['tampered']))}, the check of changes to inputs")
+                    self.lies.append(f"replaced {', '.join(map(str, reply.tampered))}, the check of changes to inputs")
                 raise AssertionError("your code replaced part of the grader's check of changes to a function's inputs.")
-            if kw.get("containers") and reply.get("rebound") and held is not None:
+            if kw.get("containers") and reply.rebound and held is not None:
                 # An entry of a list or dict the test passed was replaced, added or removed: the same change
                 # to the test's own, so that its assertions see what they would in the notebook.
-                mirror(list(mutable or []) + list(held), held, reply["rebound"])
+                mirror(list(mutable or []) + list(held), held, reply.rebound)
             # A change made after its call (by what the call returned, when the test used it) comes with the
             # answer that saw it: the same change to that call's inputs.
-            for entry in reply.get("later") if isinstance(reply.get("later"), list) else []:
+            for entry in reply.later or []:
                 watched = self.watches.get(entry[0]) if isinstance(entry, list) and len(entry) == 3 else None
                 if watched is not None:
                     tensors, containers = watched
@@ -493,12 +487,14 @@ class Session:
                         copy_back(tensors, entry[1])
                     if containers and isinstance(entry[2], list) and entry[2]:
                         mirror(list(tensors) + list(containers), containers, entry[2])
-            if kw.get("containers") and isinstance(reply.get("watch"), int):
-                self.watches[reply["watch"]] = (list(mutable or []), list(held or []))
+            if kw.get("containers") and reply.watch is not None:
+                self.watches[reply.watch] = (list(mutable or []), list(held or []))
         self.last_reply = reply
-        if reply.get("ok") is True:
-            return reply.get("value") if "missing" not in reply else MISSING
-        error = rebuild_error(self._withheld(reply.get("error") or {}))
+        if reply.ok:
+            return reply.value if not reply.missing else MISSING
+        if reply.refusal == wire.WorkerRefusal.NO_FORK:
+            raise NoFork(str((reply.error or {}).get("message", ""))[:200])
+        error = rebuild_error(self._withheld(reply.error or {}))
         error.from_learner = True        # raised by the learner's code (explain.py words the failure so)
         raise error
 

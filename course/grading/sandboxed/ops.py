@@ -5,6 +5,7 @@ made with PyTorch's own C pieces taken before any learner's code runs, so that a
 from __future__ import annotations
 
 from collections import OrderedDict as _OrderedDict
+from course.grading.sandboxed import wire
 
 _PIECES = None      # PyTorch's own C pieces the comparisons below use, taken before any learner's code runs
 
@@ -15,8 +16,10 @@ def pieces() -> tuple:
     change what a comparison sees. Taken once, in the warm sandbox; the integrity check holds them."""
     global _PIECES
     if _PIECES is None:
+        # lazy: taken once, in the warm sandbox, after the worker's streams are set up
         import torch
 
+        # lazy: taken once, in the warm sandbox, after the worker's streams are set up
         from torch.utils._python_dispatch import _disable_current_modes
 
         class plain:
@@ -115,8 +118,6 @@ ATOMS = frozenset({str, int, float, bool, type(None), bytes, complex})
 
 
 def wire_module():
-    from course.grading.sandboxed import wire
-
     return wire
 
 

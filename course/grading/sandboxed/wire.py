@@ -76,6 +76,54 @@ class ZygoteEvent(str, Enum):
                                  # as it found it, or 0)
 
 
+class WorkerRefusal(str, Enum):
+    """Why the worker could not do what it was asked, when that is not the learner's exception (a reply's
+    ``refusal``)."""
+
+    NO_FORK = "no-fork"          # TEST_BEGIN: the learner's code holds every process it may start
+
+
+_LISTS = ("mutated", "rebound", "later", "tampered")
+
+
+@dataclass(frozen=True)
+class WorkerReply:
+    """The worker's answer to one request, as the judge reads it (:meth:`parse`): every field it may hold, each
+    checked for its type on receipt (a field of another type is as if absent). The worker's word is data only,
+    and only the learner's notebook pays for a lie in it.
+
+    ``ok`` and ``value`` (or ``missing``: a name the namespace does not hold; ``error``: the learner's exception,
+    ``{type, message}``; ``refusal``: a :class:`WorkerRefusal`); for a call, what it changed in the test's inputs
+    (``mutated``, ``rebound``, ``later``, ``watch``) and ``tampered`` (pieces of the check of changes replaced);
+    for TEST_BEGIN, the fork's ``pid`` and the learner's ``threads``."""
+
+    ok: bool
+    value: object = None
+    missing: bool = False
+    error: dict | None = None
+    refusal: WorkerRefusal | None = None
+    mutated: list | None = None
+    rebound: list | None = None
+    later: list | None = None
+    watch: int | None = None
+    tampered: list | None = None
+    threads: int | None = None
+    pid: int | None = None
+
+    @classmethod
+    def parse(cls, data) -> "WorkerReply":
+        """The reply in ``data`` (a decoded answer); raises :class:`WireError` if it is not one at all."""
+        if not isinstance(data, dict):
+            raise WireError("the worker's answer is not a reply")
+        ints = {k: data.get(k) if type(data.get(k)) is int else None for k in ("watch", "threads", "pid")}
+        lists = {k: data.get(k) if isinstance(data.get(k), list) else None for k in _LISTS}
+        refusal = data.get("refusal")
+        return cls(ok=data.get("ok") is True, value=data.get("value"), missing="missing" in data,
+                   error=data.get("error") if isinstance(data.get("error"), dict) else None,
+                   refusal=WorkerRefusal(refusal) if refusal in {r.value for r in WorkerRefusal} else None,
+                   **ints, **lists)
+
+
 MAX_MESSAGE = 64 * 2**20           # bytes; a bigger answer is refused (and fails the test)
 _LEN = struct.Struct("<Q")
 
@@ -269,6 +317,7 @@ def encode_data(value, handle_of) -> bytes:
         if type(v).__name__ == "OrderedDict" and type(v).__module__ == "collections":
             return {"$dict": [[enc(k, depth + 1), enc(x, depth + 1)] for k, x in v.items()]}
         try:
+            # optional: NumPy values, where NumPy is installed
             import numpy as np
             if isinstance(v, np.generic):
                 return enc(v.item(), depth)

@@ -21,7 +21,9 @@ from collections import OrderedDict as _OrderedDict
 
 from course.grading.sandboxed import ops, zygote
 from course.grading.sandboxed.ops import ATOMS
-from course.grading.sandboxed.wire import WorkerOp
+from course.grading.sandboxed.wire import WorkerOp, WorkerRefusal
+from course.grading.sandboxed import wire
+from course.grading.sandboxed.wire import Handle
 
 OUTPUT_LIMIT = 20_000      # characters of printed output kept per cell
 
@@ -63,6 +65,7 @@ def _compile(source: str, name: str):
         return compile(source, name, "exec")
     except SyntaxError:
         try:
+            # lazy: only for a cell that is not Python (IPython's magics): a second to import
             from IPython.core.inputtransformer2 import TransformerManager
         except ImportError:
             raise
@@ -80,8 +83,6 @@ class _NoFork(Exception):
 
 class Worker:
     def __init__(self, rfd: int, wfd: int):
-        from course.grading.sandboxed import wire
-
         self.wire = wire
         self.rfd, self.wfd = rfd, wfd
         self.ns: dict = {"__name__": "__main__", "__builtins__": __builtins__, "get_ipython": _NoIPython}
@@ -113,8 +114,6 @@ class Worker:
                      "name": str(getattr(obj, "__name__", ""))[:100]}
 
     def resolve(self, v):
-        from course.grading.sandboxed.wire import Handle
-
         if type(v) in ATOMS:
             return v
         if isinstance(v, Handle):
@@ -130,6 +129,7 @@ class Worker:
         return v
 
     def answer(self, value):
+        # lazy: after main() has redirected the streams
         import types
 
         if isinstance(value, (types.GeneratorType, type({}.items()), type({}.keys()), type({}.values()))):
@@ -141,10 +141,12 @@ class Worker:
     # worker is imported first): a learner's code that replaces one of them is reported at unforbid.
     @staticmethod
     def _integrity():
-        from course import forbidden
+        # lazy: the course's library is imported by main() after it has redirected the worker's streams
+        from course import checks, forbidden
 
         return {**forbidden.integrity_pieces(),
                 "course.forbidden.integrity_pieces": forbidden.__dict__.get("integrity_pieces"),
+                "course.checks.forbidden_targets": checks.__dict__.get("forbidden_targets"),
                 "Worker.forbid": Worker.__dict__.get("forbid"), "Worker.unforbid": Worker.__dict__.get("unforbid"),
                 "Worker.watched": Worker.__dict__.get("watched"), "Worker.call": Worker.__dict__.get("call"),
                 "Worker._integrity": getattr(Worker.__dict__.get("_integrity"), "__func__", None),
@@ -160,7 +162,9 @@ class Worker:
         values computed outside its launches (:class:`course.forbidden.Guard`),
         until :meth:`unforbid`. ``pristine``: the check's pieces as they were before any learner's code ran
         (:meth:`serve` holds them)."""
+        # lazy: the course's library is imported by main() after it has redirected the worker's streams
         from course import checks, forbidden
+        from course.forbidden.violations import Kind, Violation
 
         saved = []
         for owner, attr in checks.forbidden_targets(tuple(names)):
@@ -169,16 +173,16 @@ class Worker:
                 qual = f"{getattr(owner, '__name__', 'torch')}.{attr}"
 
                 def blocked(*a, _q=qual, **k):
-                    self.violations.append(f"your code called {_q}: this exercise asks you to {why}.")
+                    self.violations.append(Violation(Kind.CALLED, f"your code called {_q}: this exercise asks you to {why}."))
                     raise AssertionError(f"{_q} was called: this exercise asks you to {why}.")
                 setattr(owner, attr, blocked)
                 saved.append((owner, attr, original))
             except (AttributeError, TypeError):
                 continue
         original = pristine if pristine is not None else (_PRISTINE or {})
-        cls = original.get("course.forbidden.Guard") or forbidden.Guard
+        cls = original.get("course.forbidden.guard.Guard") or forbidden.Guard
         guard = cls(names, why, None if limit is None else int(limit), None if work is None else int(work))
-        (original.get("course.forbidden.Guard.__enter__") or cls.__enter__)(guard)
+        (original.get("course.forbidden.guard.Guard.__enter__") or cls.__enter__)(guard)
         self.forbidden.append((saved, guard))
 
     @contextlib.contextmanager
@@ -187,43 +191,54 @@ class Worker:
         size limit): no other thread may be running (PyTorch's modes watch this thread only; a test's
         fork starts with one), and the data must stay in PyTorch (:class:`course.forbidden.OutsidePyTorch`);
         under a guard with forbidden modules (lesson 10), their code may not run (:class:`course.forbidden.InModules`)."""
-        import sys
-
+        # lazy: the course's library is imported by main() after it has redirected the worker's streams
         from course import forbidden
+        from course.forbidden.violations import Kind, Violation
 
         guard = self.forbidden[-1][1] if self.forbidden else None
         if guard is None or not (getattr(guard, "closed", False) or getattr(guard, "modules", ())):
             yield
             return
         if getattr(guard, "closed", False) and forbidden.tasks_created() is not None and forbidden.other_threads():
-            guard.violations.append("another thread of your code was running when a checked call started: the check "
+            guard.violations.append(Violation(
+                Kind.OTHER_THREAD, "another thread of your code was running when a checked call started: the check "
                                     "watches the thread that calls your function, so this exercise's functions must "
-                                    f"do their work in that thread. This exercise asks you to {guard.why}.")
+                                    f"do their work in that thread. This exercise asks you to {guard.why}."))
         hook, previous = forbidden.hook_for(guard), sys.getprofile()
         sys.setprofile(hook)
         try:
             yield
         finally:
             if sys.getprofile() is not hook:
-                guard.violations.append("the check of forbidden calls (its profile hook) was switched off while your "
-                                        f"code ran: this exercise asks you to {guard.why}.")
+                guard.violations.append(Violation(
+                    Kind.SWITCHED_OFF, "the check of forbidden calls (its profile hook) was switched off while your "
+                                        f"code ran: this exercise asks you to {guard.why}."))
             sys.setprofile(previous)
 
     def unforbid(self, pristine=None, integrity=None, codes=None):
-        """End the innermost :meth:`forbid`; returns what was violated meanwhile (sentences). ``codes``: the
+        """End the innermost :meth:`forbid`; returns what was violated meanwhile (``{kind, text}`` of each violation). ``codes``: the
         pieces' ``__code__`` as :meth:`serve` took them (a swapped code object is a replaced piece)."""
+        # lazy: the course's library is imported by main() after it has redirected the worker's streams
+        from course.forbidden.violations import Kind, Violation
+
         saved, guard = self.forbidden.pop() if self.forbidden else ([], None)
         pristine = pristine if pristine is not None else (_PRISTINE or {})
         if guard is not None:
-            (pristine.get("course.forbidden.Guard.__exit__") or type(guard).__exit__)(guard, None, None, None)
+            (pristine.get("course.forbidden.guard.Guard.__exit__") or type(guard).__exit__)(guard, None, None, None)
         for owner, attr, original in reversed(saved):
             setattr(owner, attr, original)
         changed = _replaced(pristine, codes or {}, integrity or Worker._integrity)
-        tampered = [f"your code replaced {', '.join(changed[:3])}, part of the check of forbidden calls: a notebook "
-                    "that switches the check off fails the tests that use it."] if changed else []
+        tampered = [Violation(Kind.REPLACED, f"your code replaced {', '.join(changed[:3])}, part of the check of forbidden "
+                              "calls: a notebook that switches the check off fails the tests that use it.")] if changed else []
         found = tampered + self.violations + (guard.violations if guard is not None else [])
         self.violations = []
-        return list(dict.fromkeys(found))[:20]
+        unique, seen = [], set()
+        for v in found:                            # one of each sentence, in order
+            if str(v) not in seen:
+                seen.add(str(v))
+                unique.append(v)
+        unique = unique[:20]
+        return [v.to_wire() if isinstance(v, Violation) else Violation(Kind.UNREADABLE, str(v)).to_wire() for v in unique]
 
     # -- requests -----------------------------------------------------------------------------
     def run_cell(self, source: str, index: int):
@@ -241,6 +256,7 @@ class Worker:
                                       "seconds": round(time.perf_counter() - start, 3)}}
 
     def handle(self, req: dict):
+        # lazy: PyTorch is imported by main() after it has redirected the worker's streams
         import torch
 
         op = req["op"]
@@ -422,7 +438,8 @@ class Worker:
                 try:
                     forked = self.test_fd is not None or self.test_begin()
                 except _NoFork as exc:  # the judge ends the notebook: a restart would replay the same cells
-                    self.send({"ok": False, "error": {"type": "NoFork", "message": str(exc)[:200]}})
+                    self.send({"ok": False, "refusal": WorkerRefusal.NO_FORK.value,
+                               "error": {"type": "NoFork", "message": str(exc)[:200]}})
                     continue
                 if forked:              # the learner's threads at the fork: the judge's hint on a timeout
                     self.send({"ok": True, "value": "forked", "threads": self.threads_at_fork, "pid": os.getpid()})
@@ -577,12 +594,16 @@ def main() -> None:
         os.dup2(null, fd)
     sys.stdin = open(os.devnull)
     sys.stdout = sys.stderr = _Capped(0)
+    # warm-up: imported once in the warm sandbox, after the streams are redirected
     import matplotlib
     matplotlib.use("Agg")
+    # warm-up: imported once in the warm sandbox, after the streams are redirected
     import matplotlib.pyplot  # noqa: F401 - warm imports, so cells start fast
+    # lazy: PyTorch is imported by main() after it has redirected the worker's streams
     import torch
     import torch.nn  # noqa: F401
     torch.set_num_threads(1)
+    # lazy: the course's library is imported by main() after it has redirected the worker's streams
     import course  # noqa: F401
     from course import checks  # noqa: F401
     _PRISTINE.update(Worker._integrity())

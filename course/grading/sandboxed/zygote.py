@@ -14,6 +14,7 @@ import os
 import time
 
 from course.grading.sandboxed.wire import ZygoteEvent, ZygoteOp
+import ctypes
 
 SCRATCH = ("/sandbox/work", "/sandbox/home", "/tmp")
 INBOX = "/sandbox/inbox"            # the lesson's data files, bound read-only; copied into work/ per submission
@@ -116,8 +117,6 @@ def _remove_ipc() -> tuple[bool, int]:
     (a test's hidden inputs) and memory to the next. Called once no process is left (a segment goes when
     its last process detaches). Returns (some left?, removed). POSIX message queues are kept from being made
     at all (RLIMIT_MSGQUEUE 0, :class:`course.grading.sandbox.Limits`)."""
-    import ctypes
-
     try:
         libc = ctypes.CDLL(None, use_errno=True)
     except OSError:
@@ -284,8 +283,6 @@ def _readable_by_pid1() -> None:
     map (:func:`native_code`). Its memory is the learner's own: reading it gives a learner's process nothing the
     learner's code does not hold already, and every other process is ended while the tests run."""
     try:
-        import ctypes
-
         ctypes.CDLL(None).prctl(4, 1, 0, 0, 0)      # PR_SET_DUMPABLE = 1
     except (OSError, AttributeError):
         pass
@@ -426,8 +423,6 @@ def serve_sandbox(ctrl_fd: int, keep: dict[str, frozenset], worker_class) -> Non
     """
 
     try:
-        import ctypes
-
         libc = ctypes.CDLL(None)
         libc.prctl(4, 0, 0, 0, 0)                    # PR_SET_DUMPABLE = 0: nobody reads our memory or fds
         # Die with bubblewrap's process outside (the judge kills it): dropping to the sandbox user
@@ -519,8 +514,10 @@ def warm_checks() -> None:
     """Run the check of forbidden calls once, on a small tensor: its first use loads some 800 modules of
     PyTorch's dispatch machinery (about 2 s). Done before the zygote forks, every worker starts with them
     loaded instead of paying it again per submission."""
+    # warm-up: the check's first use loads PyTorch's dispatch machinery once, before the forks
     import torch
 
+    # warm-up: loaded once in the warm sandbox, before the forks
     from course import forbidden
 
     try:
@@ -537,6 +534,7 @@ def warm_imports(lists: list[str]) -> None:
     Triton's interpreter is chosen first, where there is no GPU: ``transformers`` (lessons 13's and 14's
     oracles) imports ``triton`` as it loads, and a ``triton`` imported without the interpreter cannot run
     lesson 16's kernels on a CPU (:func:`course.triton_support.setup` refuses it)."""
+    # warm-up: loaded once in the warm sandbox, before the forks
     from course import triton_support
 
     triton_support.prefer_interpreter()
