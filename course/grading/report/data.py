@@ -229,8 +229,6 @@ def common_failures(results: list[dict], limit: int = 12) -> list[tuple[str, str
         for c in r.get("cells", []):
             if isinstance(c, dict) and not c.get("passed") and c.get("message"):
                 message = str(c["message"])
-                if message.startswith("not graded"):
-                    continue
                 key = (str(c.get("grade_id")), message_template(message))
                 groups[key].append(str(r.get("student")))
                 example.setdefault(key, f"{r.get('student')}: {' '.join(message.split())[:600]}")

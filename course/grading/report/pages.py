@@ -16,7 +16,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from course.grading.report import data as D  # noqa: E402
+import course.grading.report.data as D  # noqa: E402
 
 __all__ = ["lesson_page", "class_page", "STYLE"]
 

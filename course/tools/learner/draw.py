@@ -40,7 +40,7 @@ def _luminance(color) -> float:
     return 0.2126 * r + 0.7152 * g + 0.0722 * b
 
 
-def _light(color: str, amount: float = 0.72) -> tuple:
+def light(color: str, amount: float = 0.72) -> tuple:
     """``color`` mixed with white: the fill behind a label of that colour."""
     r, g, b = matplotlib.colors.to_rgb(_color(color))
     return (r + (1 - r) * amount, g + (1 - g) * amount, b + (1 - b) * amount)
@@ -70,7 +70,7 @@ class Sheet:
             dashed=False, weight="normal"):
         """A rounded box with a label (and a smaller second line ``sub``); ``(x, y)`` is its bottom left."""
         edge = _color(color) if color != "neutral" else COLORS["soft"]
-        face = fill if fill is not None else (_light(color) if color != "neutral" else COLORS["neutral"])
+        face = fill if fill is not None else (light(color) if color != "neutral" else COLORS["neutral"])
         self.ax.add_patch(FancyBboxPatch((x, y), w, h, boxstyle=f"round,pad=0,rounding_size={round_}",
                                          facecolor=face, edgecolor=edge, linewidth=lw,
                                          linestyle="--" if dashed else "-"))
@@ -95,7 +95,7 @@ class Sheet:
                 elif values is not None:
                     face = _color(color) if values[i][j] else COLORS["white"]
                 else:
-                    face = _light(color, 0.55) if color != "neutral" else COLORS["neutral"]
+                    face = light(color, 0.55) if color != "neutral" else COLORS["neutral"]
                 self.ax.add_patch(Rectangle((x + j * cell, y + (rows - 1 - i) * cell), cell, cell, facecolor=face,
                                             edgecolor=COLORS["white"] if values is None else "#BBBBBB", linewidth=0.8))
                 if marks is not None:              # dark text on light cells, white on dark ones
@@ -128,7 +128,7 @@ class Sheet:
     def circle(self, x, y, r, label="", *, color="neutral", size=10):
         from matplotlib.patches import Circle
 
-        self.ax.add_patch(Circle((x, y), r, facecolor=_light(color) if color != "neutral" else COLORS["neutral"],
+        self.ax.add_patch(Circle((x, y), r, facecolor=light(color) if color != "neutral" else COLORS["neutral"],
                                  edgecolor=_color(color) if color != "neutral" else COLORS["soft"], linewidth=1.4))
         if label:
             self.text(x, y, label, size=size)
@@ -149,3 +149,6 @@ class Sheet:
 
     def save(self, path: Path) -> None:
         Path(path).write_bytes(self.png())
+
+
+_light = light      # the old name, for lesson files written before it was public
