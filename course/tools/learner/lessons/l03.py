@@ -246,14 +246,14 @@ def masked_softmax_picture():
 # -- 4. Luong's order of a decoder step ------------------------------------------------------------------------
 
 @diagram(L, "l03-luong-step", alt="""One decoder step in two orders. Top, lesson 02 (Bahdanau): the previous state
-s_{m-1}, of shape (B, d_hidden), is the query; attention over the encoder states h, shape (B, S, 2 d_hidden), as
-keys and values gives the context c_m, shape (B, 2 d_hidden); the GRU then reads the word embedding e_m together with
-c_m and gives the new state s_m; the output layer reads s_m, c_m and e_m. Bottom, this lesson (Luong): the GRU moves
-first, reading e_m alone, and gives s_m; the current state s_m is the query of the attention, whose score is the one
-being compared; the output layer reads s_m and c_m. In both, padding positions of h are masked.""")
+s_{i-1}, of shape (B, d_hidden), is the query; attention over the encoder states h, shape (B, S, 2 d_hidden), as
+keys and values gives the context c_i, shape (B, 2 d_hidden); the GRU then reads the word embedding e_i together with
+c_i and gives the new state s_i; the output layer reads s_i, c_i and e_i. Bottom, this lesson (Luong): the GRU moves
+first, reading e_i alone, and gives s_i; the current state s_i is the query of the attention, whose score is the one
+being compared; the output layer reads s_i and c_i. In both, padding positions of h are masked.""")
 def luong_step():
-    s = Sheet(31, 10.2, title="Where the query comes from: Bahdanau's step asks with $s_{m-1}$, Luong's step asks "
-                             "with the new state $s_m$")
+    s = Sheet(31, 10.2, title="Where the query comes from: Bahdanau's step asks with $s_{i-1}$, Luong's step asks "
+                             "with the new state $s_i$")
 
     def row(y, name, order):
         s.text(0.3, y + (2.55 if y > 4 else 1.5), name, size=10, weight="bold", ha="left")
@@ -266,28 +266,28 @@ def luong_step():
             x += w + (0.1 if kind != "arrow" else 0.1)
         return x
 
-    bahdanau = [("x", "$s_{m-1}$", "(B, $d_{hidden}$)", 2.4), ("arrow", "q", None, 1.0),
-                ("w", "attention: query $s_{m-1}$", "score, masked softmax, mix", 5.0), ("arrow", "v", None, 1.0),
-                ("v", "$c_m$", "(B, 2 $d_{hidden}$)", 2.4), ("arrow", "ink", None, 1.0),
-                ("neutral", "GRU reads $[e_m \\Vert c_m]$", "", 4.2), ("arrow", "ink", None, 1.0),
-                ("x", "$s_m$", "(B, $d_{hidden}$)", 2.4), ("arrow", "ink", None, 1.0),
-                ("out", "out: $[s_m \\Vert c_m \\Vert e_m]$", "logits (B, V)", 4.6)]
-    luong = [("x", "$s_{m-1}$", "(B, $d_{hidden}$)", 2.4), ("arrow", "ink", None, 1.0),
-             ("neutral", "GRU reads $e_m$ only", "", 4.2), ("arrow", "ink", None, 1.0),
-             ("x", "$s_m$", "(B, $d_{hidden}$)", 2.4), ("arrow", "q", None, 1.0),
-             ("w", "attention: query $s_m$", "your score, masked softmax, mix", 5.0), ("arrow", "v", None, 1.0),
-             ("v", "$c_m$", "(B, 2 $d_{hidden}$)", 2.4), ("arrow", "ink", None, 1.0),
-             ("out", "out: $[s_m \\Vert c_m]$", "logits (B, V)", 4.6)]
+    bahdanau = [("x", "$s_{i-1}$", "(B, $d_{hidden}$)", 2.4), ("arrow", "q", None, 1.0),
+                ("w", "attention: query $s_{i-1}$", "score, masked softmax, mix", 5.0), ("arrow", "v", None, 1.0),
+                ("v", "$c_i$", "(B, 2 $d_{hidden}$)", 2.4), ("arrow", "ink", None, 1.0),
+                ("neutral", "GRU reads $[e_i \\Vert c_i]$", "", 4.2), ("arrow", "ink", None, 1.0),
+                ("x", "$s_i$", "(B, $d_{hidden}$)", 2.4), ("arrow", "ink", None, 1.0),
+                ("out", "out: $[s_i \\Vert c_i \\Vert e_i]$", "logits (B, V)", 4.6)]
+    luong = [("x", "$s_{i-1}$", "(B, $d_{hidden}$)", 2.4), ("arrow", "ink", None, 1.0),
+             ("neutral", "GRU reads $e_i$ only", "", 4.2), ("arrow", "ink", None, 1.0),
+             ("x", "$s_i$", "(B, $d_{hidden}$)", 2.4), ("arrow", "q", None, 1.0),
+             ("w", "attention: query $s_i$", "your score, masked softmax, mix", 5.0), ("arrow", "v", None, 1.0),
+             ("v", "$c_i$", "(B, 2 $d_{hidden}$)", 2.4), ("arrow", "ink", None, 1.0),
+             ("out", "out: $[s_i \\Vert c_i]$", "logits (B, V)", 4.6)]
     row(6.6, "lesson 02 (Bahdanau): attend, then step", bahdanau)
     row(1.6, "this lesson (Luong): step, then attend", luong)
-    # the encoder states feed both attentions; the GRU of the top row also reads s_{m-1}
+    # the encoder states feed both attentions; the GRU of the top row also reads s_{i-1}
     s.box(12.4, 4.1, 6.0, 1.1, "encoder states h: keys and values", color="k", size=10,
           sub="(B, S, 2 $d_{hidden}$), padding masked")
     s.arrow(12.3, 5.0, 7.0, 6.55, color="k")
     s.arrow(15.4, 4.05, 15.4, 2.65, color="k")
     s.arrow(1.5, 7.65, 15.8, 7.65, color="x", rad=-0.12, dashed=True)
-    s.text(9.0, 8.1, "the GRU also reads $s_{m-1}$", size=8.5, color="soft")
-    s.text(15.5, 0.6, "$e_m$: the embedding of the previous target word $y_{m-1}$; the attention module is the same "
+    s.text(9.0, 8.1, "the GRU also reads $s_{i-1}$", size=8.5, color="soft")
+    s.text(15.5, 0.6, "$e_i$: the embedding of the previous target word $y_{i-1}$; the attention module is the same "
                       "plug-in in both, (query (B, Dq), keys (B, S, Dk), values, mask) -> (context, weights)",
            size=8.5, color="soft")
     return s
