@@ -217,3 +217,44 @@ def test_every_lesson_has_a_planted_bank():
     for lesson, variants in PLANTED.items():
         assert any(v["must_fail"] for v in variants.values()), f"{lesson} plants no bug"
         assert any(not v["must_fail"] for v in variants.values()), f"{lesson} has no correct alternative style"
+
+
+@pytest.mark.slow
+def test_the_class_report_of_every_bank(graded_banks):
+    """The report `course grade` wrote at the end of the banks' batch (every lesson, about 30 students each): a page
+    per lesson, the class page's counts and means are results.json's, and the certificate's catalogue names a
+    mistake for most of the bugs graded on every cell (the first of each bank), at the exercise the bug changed."""
+    import html
+    import re
+
+    from course.grading.report import data as report_data
+    from course.grading.report.misconceptions import Catalogue
+
+    every, out, said = graded_banks
+    lessons = sorted({lesson for _, lesson in every})
+    index = out / "report" / "index.html"
+    assert index.is_file(), f"no class report after the batch:\n{said[-2000:]}"
+    page = index.read_text(encoding="utf-8")
+    rows = {}
+    for row in re.findall(r"<tr>(.*?)</tr>", page, re.S)[1:]:
+        cells = [" ".join(html.unescape(re.sub(r"<[^>]+>", " ", c)).split()) for c in re.findall(r"<td[^>]*>(.*?)</td>", row, re.S)]
+        if cells:
+            rows[cells[0]] = cells
+    assert sorted(rows) == lessons, sorted(rows)
+    for lesson in lessons:
+        assert (out / "report" / f"{lesson}.html").is_file(), lesson
+        mine = [r for key, r in every.items() if key[1] == lesson]
+        graded = [r for r in mine if r["status"] not in report_data.REFUSED]
+        assert rows[lesson][1] == str(len(mine)), (lesson, rows[lesson])
+        assert rows[lesson][7].startswith(f"{sum(r['score'] for r in graded) / len(graded):.1f} / "), (lesson, rows[lesson])
+
+    catalogue = Catalogue.load(ROOT / "docs" / "fairness.json")
+    first = {lesson: [n for n, v in PLANTED[lesson].items() if v["must_fail"]][:1] for lesson in lessons}
+    bugs = [(lesson, name) for lesson, names in first.items() for name in names
+            if every[(name, lesson)]["score"] < every[(name, lesson)]["max_score"]]
+    named = {b: catalogue.name(b[0], every[(b[1], b[0])]["cells"]) for b in bugs}
+    hits = [b for b, hit in named.items() if hit is not None]
+    placed = [b for b in hits if named[b][0].exercise in PLANTED[b[0]][b[1]]["replace"]]
+    assert len(hits) >= 0.6 * len(bugs) and len(placed) >= 0.8 * len(hits), (
+        f"named {len(hits)} of {len(bugs)} bugs, {len(placed)} at the right exercise: "
+        + "; ".join(f"{l}/{n} -> {named[(l, n)][0].exercise if named[(l, n)] else None}" for l, n in bugs))
