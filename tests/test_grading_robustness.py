@@ -47,6 +47,11 @@ def _grade_bad_bank(folder: Path):
             return e / e.sum(dim=dim, keepdim=True)
     """}))
     write_submission(subs, "kernel-death", LESSON, build_submission(LESSON, {"soft_lookup": "import os\nos._exit(1)"}))
+    # an exception whose text holds a lone surrogate, which no UTF-8 file can hold as it is
+    write_submission(subs, "surrogate-message", LESSON, build_submission(LESSON, {"softmax": """
+        def softmax(x, dim=-1):
+            raise ValueError("bad \\udc80 char")
+    """}))
     out = folder / "bad-graded"
     proc = _grade(subs, out, timeout=10)
     return proc, results_by_key(out / "results.json"), out
@@ -62,7 +67,7 @@ def _grader_finishes_and_flags_what_needs_a_look(bad_bank):
     assert "need a look" in proc.stdout
     rows = list(csv.DictReader(open(out / "grades.csv")))
     assert {r["student"] for r in rows} == {s for s, _ in results}
-    assert len(rows) == 8
+    assert len(rows) == 9
 
 
 def _good_submission_unaffected(bad_bank):
@@ -131,6 +136,15 @@ def test_bad_submissions(tmp_path):
     _deleted_test_cell_scores_zero_there(bank)
     _stderr_output_costs_nothing(bank)
     _kernel_death_is_reported(bank)
+    _a_surrogate_in_a_message_is_graded(bank)
+
+
+def _a_surrogate_in_a_message_is_graded(bank):
+    """It used to stop the writing of the autograded notebook (UnicodeEncodeError), and the submission was a
+    grader-error with no grade: now it is graded (0 for the cells that call softmax) and its page is written."""
+    r = _r(bank, "surrogate-message")
+    assert r["status"] == "graded" and r["score"] < r["max_score"], (r["status"], r["detail"])
+    assert Path(r["feedback"]).is_file()
 
 
 def test_regrading_is_idempotent(tmp_path):

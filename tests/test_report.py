@@ -276,12 +276,25 @@ def test_moodle_export(graded):
 def test_mapping_problems_are_said(tmp_path):
     bad = tmp_path / "m.csv"
     bad.write_text("student,name\nalice,A\n")
-    assert lms.read_mapping(bad)[1] and "course_id" in lms.read_mapping(bad)[1][0]
+    with pytest.raises(lms.MappingError, match="no course_id column"):
+        lms.read_mapping(bad)
+    with pytest.raises(lms.MappingError, match="cannot be read"):
+        lms.read_mapping(tmp_path / "none.csv")
     twice = tmp_path / "t.csv"
-    twice.write_text("course_id,name\nalice,A\nalice,B\n,C\n")
+    twice.write_text("course_id,name,canvas_id\nalice,A,1\nalice,B,2\n,C,3\nbob,Bob,1\ncarol,Carol,\n")
     mapping, problems = lms.read_mapping(twice)
-    assert mapping["alice"]["name"] == "A" and len(problems) == 2
-    assert "cannot be read" in lms.read_mapping(tmp_path / "none.csv")[1][0]
+    said = " | ".join(problems)
+    assert mapping["alice"]["name"] == "A" and "appears twice" in said and "no course_id" in said
+    assert "the same canvas_id" in said and "'carol' has no canvas_id" in said, said
+    # Excel's files: a Windows code page, a semicolon, headers in other cases
+    excel = tmp_path / "e.csv"
+    excel.write_bytes(" Course_ID ;Name;canvas_id\r\nalice;Dupr\xe9, Al\xefce;101\r\n".encode("latin-1"))
+    mapping, _ = lms.read_mapping(excel)
+    assert mapping["alice"]["name"] == "Dupré, Alïce" and mapping["alice"]["canvas_id"] == "101"
+
+
+def test_scores_reach_an_lms_as_plain_numbers():
+    assert [lms._points(x) for x in (18, 12.3456789, 1234567.5, 0.0, -0.0)] == ["18", "12.3457", "1234567.5", "0", "0"]
 
 
 def _report(out: Path, *extra: str) -> subprocess.CompletedProcess:
@@ -302,6 +315,97 @@ def test_bad_folders_get_a_clear_message(tmp_path):
     (tmp_path / "results.json").write_text("[]")
     run = _report(tmp_path, "--canvas-assignments", str(bad_json))
     assert run.returncode == 2 and "--canvas-assignments" in run.stderr
+
+
+def test_input_the_report_cannot_use_is_said_and_changes_nothing(tmp_path):
+    """A results file that is not a list, a mapping that is missing, Canvas ids that are not numbers: rc 2, one
+    sentence, no traceback, and the exports of the last good report left as they were."""
+    (tmp_path / "results.json").write_text(json.dumps([{"student": "alice", "lesson": L05, "score": 18, "max_score": 20}]))
+    assert _report(tmp_path).returncode == 0
+    before = (tmp_path / "exports" / "canvas.csv").read_text()
+    ids = tmp_path / "ids.json"
+    for content in ('{"%s": null}' % L05, '{"%s": "7001x"}' % L05, '{"%s": true}' % L05):
+        ids.write_text(content)
+        run = _report(tmp_path, "--canvas-assignments", str(ids))
+        assert run.returncode == 2 and "is a number" in run.stderr and "Traceback" not in run.stderr, run.stderr
+    run = _report(tmp_path, "--mapping", str(tmp_path / "missing.csv"))
+    assert run.returncode == 2 and "no such file" in run.stderr, run.stderr
+    (tmp_path / "results.json").write_text('{"a": 1}')
+    run = _report(tmp_path)
+    assert run.returncode == 2 and "not a list of results" in run.stderr, run.stderr
+    assert (tmp_path / "exports" / "canvas.csv").read_text() == before
+
+
+def test_damaged_results_and_hostile_names_still_give_a_report(tmp_path):
+    """Rows of the wrong types are left out and named; a folder name with matplotlib's $...$ or a byte that is not
+    UTF-8 is shown as text; a lesson id that is a path writes nothing outside the report. Pages are the
+    instructor's only (0600, in a 0700 folder)."""
+    rows = [{"student": "alice", "lesson": L05, "score": 18, "max_score": 20},
+            {"student": "a$\\foo$b", "lesson": L05, "score": 3, "max_score": 20, "status": "graded"},
+            {"student": "bad\udcff", "lesson": L05, "score": 1, "max_score": 20,
+             "cells": [{"grade_id": "t", "points": 0, "max_points": 1, "passed": False, "message": "x \udc80 y"}]},
+            {"student": "bob", "lesson": L05, "score": "abc", "max_score": 20},
+            {"student": 12, "lesson": L05, "score": 1, "max_score": 20},
+            {"student": "carol", "lesson": "../../../escaped", "score": 1, "max_score": 2},
+            {"student": "dave", "lesson": L05, "score": 5, "max_score": 20, "cells": 5}]
+    (tmp_path / "results.json").write_text(json.dumps(rows))
+    run = _report(tmp_path)
+    assert run.returncode == 0 and "Traceback" not in run.stderr, run.stdout + run.stderr
+    said = run.stdout
+    assert "result 4: its score" in said and "result 5: its student" in said and "result 6: its lesson" in said, said
+    assert "result 7: its cells are not a list" in said, said
+    assert not list(tmp_path.parent.glob("**/escaped.html")), "a lesson id that is a path wrote a page"
+    rows = {r[0]: r for r in _rows((tmp_path / "report" / "index.html").read_text(), "lesson")}
+    assert rows[L05][1] == "4", rows          # alice, the two odd names and dave; the damaged rows left out
+    for f in (tmp_path / "report").glob("*.html"):
+        assert f.stat().st_mode & 0o077 == 0, f
+    assert (tmp_path / "report").stat().st_mode & 0o077 == 0
+
+
+def test_the_next_batch_keeps_the_mapped_exports(graded, tmp_path):
+    """`course grade` writes the report at the end of each batch with the options `course report` was last given
+    for the folder: the Canvas file keeps its mapped ids and assignment columns."""
+    import shutil
+
+    from course.commands import cli
+
+    out = tmp_path / "graded"
+    shutil.copytree(graded, out)
+    (tmp_path / "m.csv").write_text("course_id,name,canvas_id\nalice,\"Doe, Alice\",101\n")
+    (tmp_path / "c.json").write_text(json.dumps({L05: "7001"}))
+    assert _report(out, "--mapping", str(tmp_path / "m.csv"), "--canvas-assignments", str(tmp_path / "c.json"),
+                   "--no-similar").returncode == 0
+    (out / "exports" / "canvas.csv").unlink()
+    cli._write_class_report(out, similar=False)               # what the end of the next batch calls
+    rows = _csv(out / "exports" / "canvas.csv")
+    assert any(h.endswith("(7001)") for h in rows[0]), rows[0]
+    assert any(r[:2] == ["Doe, Alice", "101"] for r in rows), rows
+
+
+def test_padding_or_a_new_cell_does_not_hide_a_copy(tmp_path):
+    """A copy with dead code added (its own share drops, the original's does not), and an answer written into a new
+    cell beside the untouched stub, still pair with the original."""
+    stubs = "\n\n".join(data.lesson_from_notebooks(ROOT, L05).stubs.values())
+    whole = "\n\n".join(solution_sources(L05).values())
+    padding = "\n".join(f"def unused_{i}(x):\n    y = x * {i} + {i * 7}\n    return [y, y ** 2, str(y)]\n" for i in range(60))
+    pairs = similarity.similar_pairs(L05, {"a": whole, "b": whole + "\n" + padding}, stubs)
+    assert [(p.a, p.b) for p in pairs] == [("a", "b")]
+    lesson = data.lesson_from_notebooks(ROOT, L05)
+    write_submission(tmp_path, "evader", L05, build_submission(L05, fill=False))
+    import nbformat
+    path = tmp_path / "evader" / L05 / f"{L05}.ipynb"
+    nb = nbformat.read(str(path), as_version=4)
+    nb.cells.append(nbformat.v4.new_code_cell(whole))
+    nbformat.write(nb, str(path))
+    code = similarity.learner_code(path, lesson.solution_cells, lesson.released)
+    assert similarity.similar_pairs(L05, {"alice": whole, "evader": code}, stubs), "an answer in a new cell hid the copy"
+
+
+def test_a_class_of_copies_shows_the_most_alike_pairs_only():
+    stubs = "\n\n".join(data.lesson_from_notebooks(ROOT, L05).stubs.values())
+    whole = "\n\n".join(solution_sources(L05).values())
+    pairs = similarity.similar_pairs(L05, {f"s{i:02d}": whole for i in range(12)}, stubs)
+    assert len(pairs) == similarity.SHOWN < pairs.total == 66
 
 
 def test_an_older_results_file_still_reports(tmp_path):

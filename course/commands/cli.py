@@ -180,10 +180,13 @@ def grade_command(args, **extra) -> int:
 def _write_class_report(out: Path, **options) -> None:
     """The class report of a graded folder (course.grading.report), said where it is; its failure never fails the
     grading (the grades are written already)."""
-    from course.grading.report import write_report
+    from course.grading.report import ReportError, options_of, write_report
 
-    try:
-        index, missing = write_report(out, root_of_package(), **options)
+    try:       # the options `course report` was last given for this folder (its mapping, Canvas ids, site)
+        index, missing = write_report(out, root_of_package(), **options_of(out), **options)
+    except ReportError as exc:
+        print(f"course grade: the class report was not written: {exc}", file=sys.stderr)
+        return
     except Exception as exc:  # noqa: BLE001 - the report is a courtesy: grades.csv and results.json are written
         print(f"course grade: the class report could not be written ({type(exc).__name__}: {exc})", file=sys.stderr)
         return
@@ -193,36 +196,20 @@ def _write_class_report(out: Path, **options) -> None:
 
 
 def _cmd_report(args) -> int:
-    import json
-
-    from course.grading.report import write_report
+    from course.grading.report import ReportError, options_of, remember_options, write_report
 
     out = Path(args.out)
     if not out.is_dir():
         print(f"course report: {out} is not a folder: give the --out folder of a `course grade` run", file=sys.stderr)
         return 2
-    assignments = None
-    if args.canvas_assignments:
-        try:
-            assignments = json.loads(Path(args.canvas_assignments).read_text(encoding="utf-8"))
-            if not isinstance(assignments, dict):
-                raise ValueError("not an object {lesson id: Canvas assignment id}")
-            assignments = {str(k): str(v) for k, v in assignments.items()}
-        except (OSError, ValueError) as exc:
-            print(f"course report: --canvas-assignments {args.canvas_assignments}: {exc}", file=sys.stderr)
-            return 2
-    if not (out / "results.json").is_file():
-        print(f"course report: no results.json in {out}: give the --out folder of a `course grade` run (or run "
-              f"`course grade SUBMISSIONS --out {out}` first)", file=sys.stderr)
-        return 2
+    mapping = Path(args.mapping) if args.mapping else None
     try:
-        json.loads((out / "results.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        print(f"course report: {out / 'results.json'} could not be read ({exc}): grade the folder again with "
-              "`course grade ... --regrade`", file=sys.stderr)
+        options = options_of(out, mapping=mapping, canvas_assignments=args.canvas_assignments, site=args.site)
+        index, missing = write_report(out, root_of_package(), similar=not args.no_similar, **options)
+    except ReportError as exc:
+        print(f"course report: {exc}", file=sys.stderr)
         return 2
-    index, missing = write_report(out, root_of_package(), site=args.site, mapping=Path(args.mapping) if args.mapping
-                                  else None, canvas_assignments=assignments, similar=not args.no_similar)
+    remember_options(out, options)
     for line in missing:
         print(f"course report: note: {line}")
     print(f"Class report: {index}; grades for an LMS: {out / 'exports'}/canvas.csv and moodle.csv")

@@ -60,9 +60,13 @@ warnings.filterwarnings("ignore", message=r".*not in session, add operation alon
 
 
 def atomic_write(path: Path, text: str | bytes) -> None:
+    """``path`` replaced whole by ``text`` (a file of the owner's only). A lone surrogate in the text (a learner's
+    exception message, a folder name that was not UTF-8) is written as its escape, ``\\udc80``: in a notebook's JSON
+    that is the same string again, on a page it is shown as text, and the submission is graded all the same."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with (os.fdopen(fd, "wb") if isinstance(text, bytes) else os.fdopen(fd, "w", encoding="utf-8")) as fh:
+    with (os.fdopen(fd, "wb") if isinstance(text, bytes) else
+          os.fdopen(fd, "w", encoding="utf-8", errors="backslashreplace")) as fh:
         fh.write(text)
     os.replace(tmp, path)
 

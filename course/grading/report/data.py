@@ -19,6 +19,9 @@ from pathlib import Path
 
 import nbformat
 
+from course.grading.intake import name_problem
+from course.grading.results import shown
+
 __all__ = ["TestCell", "Lesson", "Report", "load", "message_template", "difficulty_and_discrimination"]
 
 GRADED = "graded"
@@ -43,6 +46,7 @@ class Lesson:
     tests: list[TestCell] = field(default_factory=list)
     solution_cells: list[str] = field(default_factory=list)      # grade_ids of the exercises' solution cells
     stubs: dict[str, str] = field(default_factory=dict)          # grade_id -> the released stub (boilerplate)
+    released: set[str] = field(default_factory=set)              # every code cell of the release, stripped
 
     @property
     def max_score(self) -> float:
@@ -102,6 +106,7 @@ def lesson_from_notebooks(root: Path, lesson_id: str) -> Lesson | None:
                 body = cell.source.split("\n", 1)[1] if "\n" in cell.source else ""
                 section_text = " ".join(re.sub(r"!\[[^\]]*\]\([^)]*\)", "", body).split())[:600]
             continue
+        lesson.released.add(cell.source.strip())
         meta = cell.get("metadata", {}).get("nbgrader", {})
         if meta.get("grade") and meta.get("grade_id"):
             lesson.tests.append(TestCell(meta["grade_id"], float(meta.get("points", 0)), _docstring(cell.source),
@@ -150,12 +155,24 @@ def load(out: Path, root: Path) -> Report:
         results, missing = [], [f"no results.json in {out} (run `course grade SUBMISSIONS --out {out}` first)"]
     except (OSError, ValueError) as exc:
         results, missing = [], [f"results.json could not be read ({exc})"]
-    for r in results:                    # an older version's results: the fields this report reads, defaulted
+    kept = []
+    for n, r in enumerate(results):      # an older version's results: the fields this report reads, defaulted
+        r = _clean(r)
         r.setdefault("cells", [])
         r.setdefault("status", "graded")
         r.setdefault("detail", "")
         r.setdefault("score", 0.0)
         r.setdefault("max_score", 0.0)
+        problem = _row_problem(r)
+        if problem:
+            missing.append(f"results.json, result {n + 1}: {problem}; left out of the report and the exports")
+            continue
+        if not isinstance(r["cells"], list):
+            missing.append(f"results.json, result {n + 1}: its cells are not a list; shown without them")
+            r["cells"] = []
+        r["cells"] = [c for c in r["cells"] if isinstance(c, dict)]
+        kept.append(r)
+    results = kept
     lessons = {}
     for lesson_id in sorted({str(r.get("lesson", "")) for r in results}):
         lesson = lesson_from_notebooks(root, lesson_id)
@@ -167,6 +184,34 @@ def load(out: Path, root: Path) -> Report:
     if why:
         missing.append(why)
     return Report(out, results, lessons, roster, _late(out), missing)
+
+
+def _clean(value):
+    """A value read from results.json with every string made safe to write anywhere: a lone surrogate (a folder
+    name that was not UTF-8, a message that held one) becomes its escape, as a terminal would show it."""
+    if isinstance(value, str):
+        return value.encode("utf-8", "backslashreplace").decode("utf-8")
+    if isinstance(value, dict):
+        return {_clean(k): _clean(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_clean(v) for v in value]
+    return value
+
+
+def _number(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def _row_problem(r: dict) -> str | None:
+    """Why a row of results.json is not a result this report can show (an edited or damaged file), or None."""
+    if not isinstance(r.get("student"), str) or not r["student"]:
+        return f"its student is {r.get('student')!r}, not a name"
+    lesson = r.get("lesson")
+    if not isinstance(lesson, str) or name_problem(lesson, "lesson"):
+        return f"its lesson {shown(repr(lesson))[:80]} is not a lesson id"
+    if not (_number(r["score"]) and _number(r["max_score"])):
+        return f"its score {shown(repr(r['score']))[:40]} / {shown(repr(r['max_score']))[:40]} is not a pair of numbers"
+    return None
 
 
 # -- statistics -------------------------------------------------------------------------------------

@@ -27,34 +27,67 @@ from course.grading.intake import name_problem
 from course.grading.report.data import REFUSED
 from course.grading.results import shown, table_text
 
-__all__ = ["read_mapping", "canvas_csv", "moodle_csv", "exported", "MAPPING_COLUMNS"]
+__all__ = ["MappingError", "read_mapping", "canvas_csv", "moodle_csv", "exported", "MAPPING_COLUMNS"]
 
 MAPPING_COLUMNS = ("course_id", "name", "canvas_id", "sis_user_id", "sis_login_id", "section", "username", "email",
                    "idnumber")
 
 
+class MappingError(ValueError):
+    """A mapping file the exports cannot use at all (unreadable, no ``course_id`` column): said, and nothing written."""
+
+
 def read_mapping(path: Path | None) -> tuple[dict[str, dict], list[str]]:
-    """``(course id -> its LMS fields, problems)`` from a mapping CSV (``course_id`` required, the rest optional)."""
+    """``(course id -> its LMS fields, problems)`` from a mapping CSV (``course_id`` required, the rest optional;
+    comma- or semicolon-separated, UTF-8 with or without a BOM, or a Windows code page); :class:`MappingError` when it
+    cannot be used at all."""
     if path is None:
         return {}, []
     try:
-        text = Path(path).read_text(encoding="utf-8-sig")
+        raw = Path(path).read_bytes()
     except OSError as exc:
-        return {}, [f"the mapping file {path} cannot be read ({exc.strerror or exc})"]
-    rows = list(csv.DictReader(io.StringIO(text)))
-    if not rows or "course_id" not in (rows[0].keys() if rows else []):
-        return {}, [f"the mapping file {path} has no course_id column (its columns: {', '.join(MAPPING_COLUMNS)})"]
-    mapping, problems = {}, []
+        raise MappingError(f"the mapping file {path} cannot be read ({exc.strerror or exc})") from None
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        text = raw.decode("cp1252", errors="replace")        # Excel on Windows saves CSV in its code page
+    first = text.split("\n", 1)[0]
+    delimiter = ";" if first.count(";") > first.count(",") else ","
+    try:
+        reader = csv.DictReader(io.StringIO(text), delimiter=delimiter)
+        reader.fieldnames = [(f or "").strip().lower() for f in (reader.fieldnames or [])]
+        rows = list(reader)
+    except csv.Error as exc:
+        raise MappingError(f"the mapping file {path} is not a CSV file this report can read ({exc})") from None
+    if "course_id" not in reader.fieldnames:
+        raise MappingError(f"the mapping file {path} has no course_id column in its first line (it has: "
+                           f"{', '.join(shown(f)[:30] for f in reader.fieldnames[:12]) or 'nothing'}); its columns: "
+                           f"{', '.join(MAPPING_COLUMNS)}, all but course_id optional")
+    mapping, problems, seen = {}, [], {}
     for i, row in enumerate(rows, 2):
-        cid = (row.get("course_id") or "").strip()
+        cid = str(row.get("course_id") or "").strip()
         if not cid:
             problems.append(f"{path}: line {i} has no course_id (skipped)")
             continue
         if cid in mapping:
-            problems.append(f"{path}: {cid!r} appears twice (the first one is used)")
+            problems.append(f"{path}: {shown(cid)[:60]!r} appears twice (the first one is used)")
             continue
-        mapping[cid] = {k: (row.get(k) or "").strip() for k in MAPPING_COLUMNS}
+        mapping[cid] = {k: str(row.get(k) or "").strip() for k in MAPPING_COLUMNS}
+        for key in ("canvas_id", "sis_user_id", "sis_login_id", "username", "idnumber", "email"):
+            value = mapping[cid][key]
+            if value and seen.setdefault((key, value), cid) != cid:
+                problems.append(f"{path}: {shown(cid)[:60]!r} and {shown(seen[(key, value)])[:60]!r} have the same "
+                                f"{key} {shown(value)[:40]!r}: the LMS would give both grades to one learner")
+        if not any(mapping[cid][k] for k in ("canvas_id", "sis_user_id", "sis_login_id")):
+            problems.append(f"{path}: {shown(cid)[:60]!r} has no canvas_id, sis_user_id or sis_login_id: Canvas cannot "
+                            "match that row (the course id is written as the SIS Login ID instead)")
     return mapping, problems
+
+
+def _points(x: float) -> str:
+    """A score as an LMS reads it: plain decimal digits, never an exponent (at most 4 decimals)."""
+    text = f"{round(float(x), 4):.4f}".rstrip("0").rstrip(".")
+    return "0" if text in ("-0", "") else text
 
 
 def exported(results: list[dict]) -> tuple[list[dict], list[str]]:
@@ -88,12 +121,13 @@ def canvas_csv(results: list[dict], mapping: dict[str, dict], lessons: list[str]
     assignments = assignments or {}
     columns = [f"{titles.get(l, l)} ({assignments[l]})" if assignments.get(l) else titles.get(l, l) for l in lessons]
     header = ["Student", "ID", "SIS User ID", "SIS Login ID", "Section", *columns]
-    rows = [["Points Possible", "", "", "", "", *[f"{possible.get(l, 0):g}" for l in lessons]]]
+    rows = [["Points Possible", "", "", "", "", *[_points(possible.get(l, 0)) for l in lessons]]]
     for student in sorted({s for s, _ in scores} | set(mapping) | set(roster)):
         m = mapping.get(student, {})
+        identified = any(m.get(k) for k in ("canvas_id", "sis_user_id", "sis_login_id"))
         rows.append([m.get("name") or student, m.get("canvas_id", ""), m.get("sis_user_id", ""),
-                     m.get("sis_login_id") or ("" if m else student), m.get("section", ""),
-                     *[f"{scores[(student, l)]:g}" if (student, l) in scores else "" for l in lessons]])
+                     m.get("sis_login_id") or ("" if identified else student), m.get("section", ""),
+                     *[_points(scores[(student, l)]) if (student, l) in scores else "" for l in lessons]])
     return table_text(header, rows)
 
 
@@ -105,5 +139,5 @@ def moodle_csv(results: list[dict], mapping: dict[str, dict], lessons: list[str]
     for student in sorted({s for s, _ in scores} | set(mapping) | set(roster)):
         m = mapping.get(student, {})
         rows.append([m.get("username") or student, m.get("idnumber", ""), m.get("email", ""),
-                     *[f"{scores[(student, l)]:g}" if (student, l) in scores else "" for l in lessons]])
+                     *[_points(scores[(student, l)]) if (student, l) in scores else "" for l in lessons]])
     return table_text(header, rows)

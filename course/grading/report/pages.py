@@ -7,9 +7,9 @@ instructor opens these pages, and the threat model applies to them as to every p
 from __future__ import annotations
 
 import base64
+import functools
 import html
 import io
-from pathlib import Path
 
 import matplotlib
 
@@ -17,6 +17,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 import course.grading.report.data as D  # noqa: E402
+from course.grading.intake import name_problem  # noqa: E402
 
 __all__ = ["lesson_page", "class_page", "STYLE"]
 
@@ -36,6 +37,16 @@ def esc(value) -> str:
     return html.escape(str(value), quote=True)
 
 
+def _plain_text(draw):
+    """Draw with every label taken as plain text: matplotlib reads text between two ``$`` as mathematics, and a
+    student folder named ``a$\\foo$b`` would stop the drawing (and the report of the whole batch)."""
+    @functools.wraps(draw)
+    def drawn(*args, **kwargs):
+        with plt.rc_context({"text.parse_math": False, "text.usetex": False}):
+            return draw(*args, **kwargs)
+    return drawn
+
+
 def _png(fig) -> str:
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=90, bbox_inches="tight", metadata={"Software": None})
@@ -47,6 +58,7 @@ def _img(src: str, alt: str) -> str:
     return f'<img src="{src}" alt="{esc(alt)}">'
 
 
+@_plain_text
 def score_histogram(scores: list[float], max_score: float, title: str) -> str:
     fig, ax = plt.subplots(figsize=(6, 2.6))
     bins = max(5, min(20, int(max_score) + 1)) if max_score else 10
@@ -60,6 +72,7 @@ def score_histogram(scores: list[float], max_score: float, title: str) -> str:
     return _img(_png(fig), f"{title}: how many submissions scored each number of points out of {max_score:g}")
 
 
+@_plain_text
 def exercise_bars(lesson: D.Lesson, results: list[dict]) -> str:
     """Each exercise's share of its points the class earned (mean over the graded submissions)."""
     exercises = lesson.exercises()
@@ -181,6 +194,10 @@ def lesson_page(report: D.Report, lesson_id: str, *, named: dict, pairs: list, s
             parts.append(f"<details><summary><b>{esc(pair.a)}</b> and <b>{esc(pair.b)}</b>: "
                          f"{pair.shares[0]:.0%} and {pair.shares[1]:.0%} of their code shared</summary>"
                          f'<div class="pair"><pre>{pair.code_a}</pre><pre>{pair.code_b}</pre></div></details>')
+        more = getattr(pairs, "total", len(pairs)) - len(pairs)
+        if more > 0:
+            parts.append(f'<p class="note">and {more} more pairs, less alike than these (the {len(pairs)} most alike '
+                         "are shown).</p>")
     else:
         parts.append("<p>No pair above the threshold.</p>")
     return _page(f"{lesson_id}: class report", parts, report)
@@ -210,10 +227,14 @@ def class_page(report: D.Report, lessons: list[str]) -> str:
     return _page("Class report", parts, report)
 
 
+@_plain_text
 def _class_heatmap(report: D.Report, lessons: list[str]) -> str:
-    students = report.students()
-    if not students or len(students) > 400:
+    students = [s for s in report.students() if name_problem(s, "student") is None]
+    if not students:
         return ""
+    if len(students) > 400:
+        return (f'<p class="note">The map of each student\'s share of each lesson is drawn for up to 400 students; this '
+                f"class has {len(students)} (the lesson pages have every number).</p>")
     grid = []
     for s in students:
         row = []
@@ -221,13 +242,15 @@ def _class_heatmap(report: D.Report, lessons: list[str]) -> str:
             r = next((r for r in report.of(lid) if r.get("student") == s), None)
             row.append(float("nan") if r is None else float(r.get("score", 0)) / max(1e-9, float(r.get("max_score", 0)) or 1))
         grid.append(row)
+    cmap = matplotlib.colormaps["Purples"].with_extremes(bad="#d9d9d9")
     fig, ax = plt.subplots(figsize=(0.5 * len(lessons) + 2.5, 0.18 * len(students) + 1.5))
-    im = ax.imshow(grid, cmap="Purples", vmin=0, vmax=1, aspect="auto")
+    im = ax.imshow(grid, cmap=cmap, vmin=0, vmax=1, aspect="auto")
     ax.set_xticks(range(len(lessons)), [lid[:2] for lid in lessons])
-    ax.set_yticks(range(len(students)), [s[:20] for s in students], fontsize=6)
-    ax.set_title("Each student's share of each lesson's points (white: not handed in)")
+    ax.set_yticks(range(len(students)), [s if len(s) <= 24 else s[:23] + "…" for s in students], fontsize=6)
+    ax.set_title("Each student's share of each lesson's points (grey: not handed in)")
     fig.colorbar(im, ax=ax, fraction=0.04)
-    return _img(_png(fig), "A grid of students by lessons, each cell the share of the lesson's points earned")
+    return _img(_png(fig), "A grid of students by lessons, each cell the share of the lesson's points earned, grey "
+                           "where nothing was handed in")
 
 
 def _page(title: str, parts: list[str], report: D.Report) -> str:
@@ -236,8 +259,3 @@ def _page(title: str, parts: list[str], report: D.Report) -> str:
             "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; img-src data:; "
             "style-src 'unsafe-inline'\">"
             f"<title>{esc(title)}</title><style>{STYLE}</style></head><body>{warn}{''.join(parts)}</body></html>")
-
-
-def write(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text, encoding="utf-8")

@@ -20,13 +20,17 @@ import numpy as np
 
 from course.grading.intake import name_problem
 
-__all__ = ["Pair", "learner_code", "similar_pairs", "K", "THRESHOLD", "MIN_SHARED"]
+__all__ = ["Pair", "Pairs", "learner_code", "similar_pairs", "K", "THRESHOLD", "MIN_SHARED", "SHOWN"]
 
 K = 25                 # characters of a k-gram of the normalised code (copydetect's noise threshold)
 WINDOW = 1             # every k-gram is kept (winnowing window)
-THRESHOLD = 0.6        # both submissions share at least this share of their own code with the other
+THRESHOLD = 0.9        # one of the two has at least this share of its code in the other (the larger share: dead
+                       # code added to a copy lowers only the copy's own share); a copy with its names changed and
+                       # its functions reordered shares 0.98-1.00, two honest answers of lesson 03's six short
+                       # exercises about 0.84, of lesson 05 at most 0.44
 MIN_SHARED = 100       # and at least this many characters of normalised code beyond the starter code: two one-line
                        # answers written into the same stubs share the few characters around them, not an answer
+SHOWN = 50             # pairs shown with their code, most alike first (a class of copies: 200 give 19 900 pairs)
 
 
 @dataclass
@@ -34,24 +38,31 @@ class Pair:
     lesson: str
     a: str
     b: str
-    similarity: float                  # the lower of the two shares: how much of each is the other's
+    similarity: float                  # the larger of the two shares: how much of one is the other's
     shares: tuple[float, float]
     code_a: str                        # each side's code, with the shared parts marked (escaped HTML)
     code_b: str
 
 
-def learner_code(notebook: Path, solution_cells: list[str]) -> str:
-    """The learner's answers in a handed-in notebook: the sources of its solution cells, in the lesson's order."""
+def learner_code(notebook: Path, solution_cells: list[str], released: set[str] = frozenset()) -> str:
+    """The learner's answers in a handed-in notebook: the sources of its solution cells, in the lesson's order, then
+    every other code cell she added or changed (not a cell of the release, ``released``): an answer written into a
+    new cell beside an untouched stub is hers too."""
     try:
         nb = nbformat.read(str(notebook), as_version=4)
     except Exception:  # noqa: BLE001 - an unreadable notebook has no code to compare
         return ""
-    by_id = {}
+    by_id, extra = {}, []
     for cell in nb.cells:
-        gid = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
-        if cell.cell_type == "code" and gid in solution_cells and gid not in by_id and isinstance(cell.source, str):
+        if cell.cell_type != "code" or not isinstance(cell.source, str):
+            continue
+        meta = cell.get("metadata", {}).get("nbgrader", {})
+        gid = meta.get("grade_id") if isinstance(meta, dict) else None
+        if gid in solution_cells and gid not in by_id:
             by_id[gid] = cell.source
-    return "\n\n".join(by_id[g] for g in solution_cells if g in by_id)[:200_000]
+        elif not (isinstance(meta, dict) and meta.get("grade")) and cell.source.strip() not in released:
+            extra.append(cell.source)
+    return "\n\n".join([by_id[g] for g in solution_cells if g in by_id] + extra)[:200_000]
 
 
 def _fingerprint(code: str, boilerplate=None):
@@ -86,27 +97,38 @@ def _marked(code: str, slices) -> str:
     return "".join(out)
 
 
-def similar_pairs(lesson: str, codes: dict[str, str], stubs: str, *, threshold: float = THRESHOLD) -> list[Pair]:
-    """Every pair of ``codes`` (student -> code) whose shares are both at least ``threshold`` and who share at least
-    :data:`MIN_SHARED` characters of normalised code, most alike first."""
+class Pairs(list):
+    """The pairs shown (at most :data:`SHOWN`, most alike first); ``total``: how many were found."""
+
+    total = 0
+
+
+def similar_pairs(lesson: str, codes: dict[str, str], stubs: str, *, threshold: float = THRESHOLD) -> Pairs:
+    """The pairs of ``codes`` (student -> code) in which one has at least ``threshold`` of its code in the other and
+    the two share at least :data:`MIN_SHARED` characters of normalised code, most alike first (the first
+    :data:`SHOWN` of them with their code; ``.total`` counts them all)."""
     # lazy: as above
     import copydetect
 
     boiler = boilerplate_of(stubs)
     prints = {s: _fingerprint(c, boiler) for s, c in sorted(codes.items()) if c.strip()}
     names = sorted(prints)
-    pairs = []
+    found = []
     for i, a in enumerate(names):
         for b in names[i + 1:]:
             overlap, shares, slices = copydetect.compare_files(prints[a], prints[b])
-            low = float(min(shares))
-            if overlap >= MIN_SHARED and low >= threshold:
-                pairs.append(Pair(lesson, a, b, low, (float(shares[0]), float(shares[1])),
-                                  _marked(prints[a].raw_code, slices[0]), _marked(prints[b].raw_code, slices[1])))
-    return sorted(pairs, key=lambda p: -p.similarity)
+            high = float(max(shares))
+            if overlap >= MIN_SHARED and high >= threshold:
+                found.append((-high, a, b, (float(shares[0]), float(shares[1])), slices))
+    found.sort(key=lambda f: (f[0], f[1], f[2]))
+    pairs = Pairs(Pair(lesson, a, b, -neg, shares, _marked(prints[a].raw_code, slices[0]),
+                       _marked(prints[b].raw_code, slices[1])) for neg, a, b, shares, slices in found[:SHOWN])
+    pairs.total = len(found)
+    return pairs
 
 
-def codes_of(out: Path, lesson: str, students: list[str], solution_cells: list[str]) -> dict[str, str]:
+def codes_of(out: Path, lesson: str, students: list[str], solution_cells: list[str],
+             released: set[str] = frozenset()) -> dict[str, str]:
     """Each student's answers for ``lesson``, read from the grading folder's kept copies (``submitted/``)."""
     found = {}
     for student in students:
@@ -114,5 +136,5 @@ def codes_of(out: Path, lesson: str, students: list[str], solution_cells: list[s
             continue
         path = Path(out) / "submitted" / student / lesson / f"{lesson}.ipynb"
         if path.is_file() and not path.is_symlink():
-            found[student] = learner_code(path, solution_cells)
+            found[student] = learner_code(path, solution_cells, released)
     return found
