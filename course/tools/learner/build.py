@@ -133,10 +133,26 @@ def _over_seeds(lesson: str, metrics: list[str], measured: dict | None) -> str:
         *rows,
         "</table>",
         "",
-        f"<p>Measured with <code>{measured['command']}</code> on {measured['machine']}, {measured['date']}. Your numbers "
+        f"<p>{_measured_on(measured)} Your numbers "
         "differ with the seed, the profile and the machine; what should hold on every seed is the target.</p>",
         "</details>",
     ])
+
+
+def _measured_on(measured: dict) -> str:
+    """The box's footer: "Standard profile, seeds 0-2, on a 2-core x86-64 CPU, 2026-12-07." (what was measured and
+    where, not the command that measured it)."""
+    command = measured.get("command", "").split()
+    profile = command[command.index("--profile") + 1] if "--profile" in command[:-1] else "standard"
+    seeds = [int(s) for s in measured["seeds"]]
+    if len(seeds) > 2 and seeds == list(range(seeds[0], seeds[-1] + 1)):
+        seed_text = f"seeds {seeds[0]}-{seeds[-1]}"
+    else:
+        seed_text = ("seed " if len(seeds) == 1 else "seeds ") + ", ".join(str(s) for s in seeds)
+    machine = str(measured.get("machine") or "a CPU")
+    m = re.fullmatch(r"\s*([\w-]+),\s*(\d+) cores?\s*", machine)
+    where = f"a {m.group(2)}-core {m.group(1).replace('_', '-')} CPU" if m else machine
+    return f"{profile.capitalize()} profile, {seed_text}, on {where}, {measured['date']}."
 
 
 def _fmt(v) -> str:

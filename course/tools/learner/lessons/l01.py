@@ -28,7 +28,7 @@ front(L, level="core", part="Foundations", lessons=("00_softmax_lookup",),
                 "takes about 15 s.")
 
 TOKENS = ["the", "coffee", "is", "awful", "lol", "<pad>", "<pad>"]
-SCORES = [0.2, 0.5, 0.1, 3.2, 0.4]                 # the real words' scores x_t . q
+SCORES = [0.2, 0.5, -0.3, 3.2, 0.4]                # the real words' scores x_t . q
 
 
 def _softmax(xs):
@@ -59,9 +59,9 @@ def _weight_bars(s: Sheet, x, y, weights, *, title, note=None, highlight=3, heig
 @diagram(L, "l01-attention-pooling", alt="""Attention pooling of one padded tweet, 'the coffee is awful lol' padded
 with two <pad> tokens to T = 7. Its word vectors x form a (T, D) grid (teal; the two padding rows in grey). The
 learned query q, of shape (D), is compared with every row by a dot product: seven scores, shape (T). The padding rows hold the
-zero vector, so their scores are 0, higher than some real words'. The mask, True on the five real words, turns the two
+zero vector, so their scores are 0, higher than the real word 'is' (-0.3). The mask, True on the five real words, turns the two
 padding scores into -inf before the softmax. The softmax gives seven weights (T)
-that sum to 1 over the real words: 0.82 on 'awful', a few hundredths on each filler word, exactly 0 on the padding.
+that sum to 1 over the real words: 0.83 on 'awful', a few hundredths on each filler word, exactly 0 on the padding.
 The pooled tweet vector, shape (D), is the weighted sum of the rows of x: nearly the vector of 'awful'.""")
 def attention_pooling():
     s = Sheet(31, 11.2, title="Attention pooling: one learned query scores every word; padding is masked to −inf")
@@ -121,7 +121,7 @@ def attention_pooling():
 pooled three ways, drawn as one bar of weight per token. Mean pooling over the real words gives each of the five
 words 0.20 and the padding 0: 'awful' is one fifth of the tweet vector. Averaging over all seven positions, the
 classic mistake, gives 0.14 to every position, padding included: the padding dilutes the mean, and the same tweet
-gets another vector in a batch padded to another length. Attention pooling gives 'awful' 0.82 and the padding
+gets another vector in a batch padded to another length. Attention pooling gives 'awful' 0.83 and the padding
 exactly 0. Beside them, how the sentiment word's weight changes with the tweet's length L: mean pooling gives it 1/L,
 attention pooling with a score margin of 5 over every filler word gives it 1 / (1 + (L - 1) e^-5), still 0.79 at
 L = 40.""")

@@ -68,12 +68,12 @@ parameters, T_q times T_k times d multiply-adds. Scaled dot: the same product di
 parameters, the same cost. Cosine: each row of q and of k divided by its length (at least eps) first, then the
 product; no parameters, and the scores lie between -1 and 1. Bilinear: q times a learned matrix W of shape (d_q, d_k)
 times k transposed; d_q times d_k parameters; the query and the key may have different sizes. MLP: W_q q gets a key
-axis, (T_q, 1, h), W_k k gets a query axis, (1, T_k, h); their sum passes through tanh as a (T_q, T_k, h) tensor,
-one hidden vector per pair, and v reduces it to one score per pair; h times (d_q + d_k + 2) parameters, and a tensor
-h times larger than the scores to build, with a tanh on every entry.""")
+axis, (T_q, 1, d_hidden), W_k k gets a query axis, (1, T_k, d_hidden); their sum passes through tanh as a (T_q, T_k,
+d_hidden) tensor, one hidden vector per pair, and v reduces it to one score per pair; d_hidden times (d_q + d_k + 2)
+parameters, and a tensor d_hidden times larger than the scores to build, with a tanh on every entry.""")
 def score_functions():
     s = Sheet(33, 13.0, title="Five score functions, one output shape (T_q, T_k): only the MLP score builds a "
-                              "(T_q, T_k, h) tensor on the way")
+                              "(T_q, T_k, d_hidden) tensor on the way")
     c = 0.36
     cols = [
         ("dot", "$q\\,k^{\\top}$", "none", "$T_q T_k d$ multiply-adds:\none matrix product"),
@@ -82,8 +82,8 @@ def score_functions():
          "the same, plus $T_q + T_k$ norms;\nscores only in $[-1, 1]$"),
         ("bilinear", "$q\\, W k^{\\top}$", "$W$: $d_q \\times d_k$",
          "$T_q d_q d_k + T_q T_k d_k$;\n$d_q \\neq d_k$ allowed"),
-        ("MLP (additive)", "$v^{\\top} \\tanh(W_q q + W_k k + b)$", "$h\\,(d_q + d_k + 2)$",
-         "$T_q T_k h$ entries to store,\na tanh on each"),
+        ("MLP (additive)", "$v^{\\top} \\tanh(W_q q + W_k k + b)$", "$d_{hidden}(d_q + d_k + 2)$",
+         "$T_q T_k d_{hidden}$ entries to store,\na tanh on each"),
     ]
     width = 6.5
     for n, (name, formula, params, cost) in enumerate(cols):
@@ -104,13 +104,13 @@ def score_functions():
                                    3: "(q W) @ kᵀ"}[n], size=8, color="soft", ha="left")
             s.grid(x0 + 1.7, 3.3, 3, 4, cell=c, color="w", shape="scores ($T_q$, $T_k$)")
         else:
-            s.text(x0 + 1.05, 6.45, "$W_q q$: ($T_q$, 1, h)", size=8, color="q")
-            s.text(x0 + 3.55, 6.45, "$W_k k$: (1, $T_k$, h)", size=8, color="k")
-            s.arrow(x0 + 1.05, 6.2, x0 + 2.2, 5.55, color="q")
-            s.arrow(x0 + 3.55, 6.2, x0 + 2.6, 5.55, color="k")
+            s.text(x0 + 1.55, 6.6, "$W_q q$: ($T_q$, 1, $d_{hidden}$)", size=8, color="q")
+            s.text(x0 + 4.35, 6.15, "$W_k k$: (1, $T_k$, $d_{hidden}$)", size=8, color="k")
+            s.arrow(x0 + 1.3, 6.35, x0 + 2.2, 5.55, color="q")
+            s.arrow(x0 + 3.6, 5.92, x0 + 2.6, 5.55, color="k")
             for d in range(3):
                 s.grid(x0 + 1.55 + 0.22 * d, 4.55 + 0.14 * d, 3, 4, cell=0.22, color="ffn")
-            s.text(x0 + 3.3, 4.95, "tanh( + ):\n($T_q$, $T_k$, h)", size=8, color="ffn", ha="left")
+            s.text(x0 + 3.3, 4.95, "tanh( + ):\n($T_q$, $T_k$, $d_{hidden}$)", size=8, color="ffn", ha="left")
             s.arrow(mid, 4.45, mid, 4.0, color="w")
             s.text(mid + 0.25, 4.2, "· v", size=9, color="soft", ha="left")
             s.grid(x0 + 1.7, 2.85, 3, 4, cell=c, color="w", shape="scores ($T_q$, $T_k$)")
@@ -118,8 +118,8 @@ def score_functions():
         s.text(mid, 1.05, cost, size=8.5, color="soft")
         if n:
             s.line([x0 - 0.05, x0 - 0.05], [0.5, 12.2], color="neutral", lw=1.0)
-    s.text(16.5, 0.2, "d: the size of q and k (d_k for keys, d_q for queries when they differ);  h: the hidden "
-                      "width of the MLP score;  every score also takes leading batch or head axes (...)",
+    s.text(16.5, 0.2, "d: the size of q and k (d_k for keys, d_q for queries when they differ);  d_hidden: the "
+                      "hidden width of the MLP score;  every score also takes leading batch or head axes (...)",
            size=8.5, color="soft")
     return s
 
@@ -247,9 +247,9 @@ def masked_softmax_picture():
 
 @diagram(L, "l03-luong-step", alt="""One decoder step in two orders. Top, lesson 02 (Bahdanau): the previous state
 s_{i-1}, of shape (B, d_hidden), is the query; attention over the encoder states h, shape (B, S, 2 d_hidden), as
-keys and values gives the context c_i, shape (B, 2 d_hidden); the GRU then reads the word embedding e_i together with
-c_i and gives the new state s_i; the output layer reads s_i, c_i and e_i. Bottom, this lesson (Luong): the GRU moves
-first, reading e_i alone, and gives s_i; the current state s_i is the query of the attention, whose score is the one
+keys and values gives the context c_i, shape (B, 2 d_hidden); the GRU then reads e(y_{i-1}), the embedding of the previous
+target word, together with c_i and gives the new state s_i; the output layer reads s_i, c_i and e(y_{i-1}). Bottom,
+this lesson (Luong): the GRU moves first, reading e(y_{i-1}) alone, and gives s_i; the current state s_i is the query of the attention, whose score is the one
 being compared; the output layer reads s_i and c_i. In both, padding positions of h are masked.""")
 def luong_step():
     s = Sheet(31, 10.2, title="Where the query comes from: Bahdanau's step asks with $s_{i-1}$, Luong's step asks "
@@ -269,15 +269,15 @@ def luong_step():
     bahdanau = [("x", "$s_{i-1}$", "(B, $d_{hidden}$)", 2.4), ("arrow", "q", None, 1.0),
                 ("w", "attention: query $s_{i-1}$", "score, masked softmax, mix", 5.0), ("arrow", "v", None, 1.0),
                 ("v", "$c_i$", "(B, 2 $d_{hidden}$)", 2.4), ("arrow", "ink", None, 1.0),
-                ("neutral", "GRU reads $[e_i \\Vert c_i]$", "", 4.2), ("arrow", "ink", None, 1.0),
+                ("neutral", "GRU reads $[e(y_{i-1}) \\Vert c_i]$", "", 5.0), ("arrow", "ink", None, 1.0),
                 ("x", "$s_i$", "(B, $d_{hidden}$)", 2.4), ("arrow", "ink", None, 1.0),
-                ("out", "out: $[s_i \\Vert c_i \\Vert e_i]$", "logits (B, V)", 4.6)]
+                ("out", "out: $[s_i \\Vert c_i \\Vert e(y_{i-1})]$", "logits (B, V)", 5.4)]
     luong = [("x", "$s_{i-1}$", "(B, $d_{hidden}$)", 2.4), ("arrow", "ink", None, 1.0),
-             ("neutral", "GRU reads $e_i$ only", "", 4.2), ("arrow", "ink", None, 1.0),
+             ("neutral", "GRU reads $e(y_{i-1})$ only", "", 5.0), ("arrow", "ink", None, 1.0),
              ("x", "$s_i$", "(B, $d_{hidden}$)", 2.4), ("arrow", "q", None, 1.0),
              ("w", "attention: query $s_i$", "your score, masked softmax, mix", 5.0), ("arrow", "v", None, 1.0),
              ("v", "$c_i$", "(B, 2 $d_{hidden}$)", 2.4), ("arrow", "ink", None, 1.0),
-             ("out", "out: $[s_i \\Vert c_i]$", "logits (B, V)", 4.6)]
+             ("out", "out: $[s_i \\Vert c_i]$", "logits (B, V)", 5.4)]
     row(6.6, "lesson 02 (Bahdanau): attend, then step", bahdanau)
     row(1.6, "this lesson (Luong): step, then attend", luong)
     # the encoder states feed both attentions; the GRU of the top row also reads s_{i-1}
@@ -287,7 +287,7 @@ def luong_step():
     s.arrow(15.4, 4.05, 15.4, 2.65, color="k")
     s.arrow(1.5, 7.65, 15.8, 7.65, color="x", rad=-0.12, dashed=True)
     s.text(9.0, 8.1, "the GRU also reads $s_{i-1}$", size=8.5, color="soft")
-    s.text(15.5, 0.6, "$e_i$: the embedding of the previous target word $y_{i-1}$; the attention module is the same "
+    s.text(15.5, 0.6, "$e(y_{i-1})$: the embedding of the previous target word; the attention module is the same "
                       "plug-in in both, (query (B, Dq), keys (B, S, Dk), values, mask) -> (context, weights)",
            size=8.5, color="soft")
     return s

@@ -122,8 +122,8 @@ def chain_lengths():
 @diagram(L, "l04-updates", alt="""The four ways a hop can turn its read o into the next controller, compared in
 section 5. Learned H: q' = H q + o, H a learned D by D matrix started at the identity (the form you implement).
 Identity: q' = q + o, the question is kept and what was read is added. Zero: q' = o, the controller forgets the
-question and keeps only what it read. Rotate the read: q' = q + R o, with R learned and started at the identity, so
-that what was just read can be turned away from the sentence it came from.""")
+question and keeps only what it read. Rotate the read: q' = q + R o, with R a learned linear map (any D by D matrix, not only a
+rotation) started at the identity, so that what was just read can be turned away from the sentence it came from.""")
 def updates():
     s = Sheet(31, 7.0, title="Four controller updates: what the next hop asks with, after reading o")
     s.text(15.5, 6.35, "q, o, q': (B, D);  H, R: (D, D) learned matrices", size=9, color="soft")

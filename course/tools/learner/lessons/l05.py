@@ -44,18 +44,18 @@ def attention_shapes():
     vals = [[0.8, 0.1, 0.5, 0.3], [0.2, 0.9, 0.4, 0.1], [0.3, 0.2, 0.7, 0.6], [0.6, 0.1, 0.2, 0.9]]
     s.grid(16.4, 5.9, 4, 4, cell=0.55, values=vals, cmap="Purples", label="scores", shape="($T_q$, $T_k$)")
     s.arrow(15.6, 8.1, 16.3, 7.9, color="w")
-    s.arrow(18.8, 7.0, 20.9, 7.0, color="w")
-    s.text(19.85, 7.75, "softmax along", size=9, color="soft")
-    s.text(19.85, 7.4, "each row (keys)", size=9, color="soft")
+    s.arrow(18.8, 7.0, 21.5, 7.0, color="w")
+    s.text(20.15, 7.75, "softmax along", size=9, color="soft")
+    s.text(20.15, 7.4, "each row (keys)", size=9, color="soft")
     w = [[0.45, 0.10, 0.30, 0.15], [0.10, 0.60, 0.20, 0.10], [0.15, 0.10, 0.45, 0.30], [0.30, 0.05, 0.10, 0.55]]
-    s.grid(21.1, 5.9, 4, 4, cell=0.55, values=w, cmap="Purples", vmax=0.9, label="weights",
-           shape="each row sums to 1", marks=[[f"{x:.2f}" for x in row] for row in w], size=10)
-    s.box(22.0, 2.3, 2.6, 1.0, "weights @ v", color="w", size=10)
-    s.arrow(23.3, 5.8, 23.3, 3.35, color="w")
+    s.grid(21.6, 5.4, 4, 4, cell=0.8, values=w, cmap="Purples", vmax=0.9, label="weights",
+           shape="each row sums to 1", marks=[[f"{x:.2f}" for x in row] for row in w], size=9)
+    s.box(21.9, 2.3, 2.6, 1.0, "weights @ v", color="w", size=10)
+    s.arrow(23.2, 4.7, 23.2, 3.35, color="w")
     s.arrow(6.4, 1.8, 21.9, 2.6, color="v", rad=0.05)
     s.grid(26.2, 1.9, 4, 2, cell=c, color="out", label="out", shape="(T, $d_v$)")
     s.arrow(24.7, 2.8, 26.1, 2.8, color="out")
-    s.text(25.0, 0.55, "out[t] = $\\Sigma_s$ weights[t, s] · v[s]: one mix of values per query", size=9,
+    s.text(25.0, 0.55, "out[i] = $\\Sigma_j$ weights[i, j] · v[j]: one mix of values per query", size=9,
            color="soft")
     return s
 

@@ -111,7 +111,8 @@ def _pattern(kind):
 
 @diagram(L, "l06-what-heads-see", alt="""What each head sees: the causal attention maps of four heads of one layer for
 the sentence "the dog chased the cat .", queries as rows, keys as columns, darker for more weight (the patterns are
-illustrative). Head 0 looks at the previous word; head 1 sends every word to the verb "chased"; head 2 to the nearest
+illustrative). Head 0 looks at the previous word; head 1 sends every word from "chased" on to the verb (the words before it, which cannot
+see it yet, look at themselves); head 2 to the nearest
 noun so far, "dog" and later "cat"; head 3 spreads its weight evenly over everything before. One head, with one
 softmax per query, would have to split its weight between these patterns and hand on a blend of the values; four
 heads each follow one pattern, and W^O combines what they found.""")
@@ -136,8 +137,8 @@ def what_heads_see():
 
 @diagram(L, "l06-sum-over-heads", alt="""Concatenating the heads and multiplying by W^O equals a sum over heads. Left:
 the heads' outputs, each of shape (T, Dh), side by side form a (T, H times Dh) matrix, multiplied by W^O of shape
-(H times Dh, D), whose rows are cut into H blocks W^O_h of Dh rows each. Right: the same result as head 0 times
-W^O_0 plus head 1 times W^O_1 and so on, each term of shape (T, D): one small attention model per head, with its own
+(H times Dh, D), whose rows are cut into H blocks W^O_h of Dh rows each. Right: the same result as head 1 times
+W^O_1 plus head 2 times W^O_2 and so on up to head H, each term of shape (T, D): one small attention model per head, with its own
 output map, all added together.""")
 def sum_over_heads():
     s = Sheet(30, 6.4, title="Concat(head$_1$ … head$_H$) $W^O$ = $\\Sigma_h$ head$_h$ $W^O_h$: one small model per "
