@@ -28,6 +28,7 @@ __all__ = [
     "SOFTMAX_OVERFLOW",
     "NO_ALLOWED_KEY",
     "check_close",
+    "explain",
     "check_rows_sum_to_one",
     "check_zero_where",
     "check_gradients",
@@ -121,11 +122,38 @@ def check_finite(tensor: torch.Tensor, what: str, *, hint: str = SOFTMAX_OVERFLO
         )
 
 
-def check_close(actual, expected, what: str, *, atol: float = 1e-5, rtol: float = 1e-5, hint: str = "") -> None:
+class explain:
+    """A hint that looks before it speaks, for :func:`check_close`: called only when the check has failed, it runs
+    each control in turn (a function of no arguments that returns a sentence when what it checks is wrong, None when
+    it holds) and gives the first sentence found, or ``hint`` when every control holds. One slip can fail several
+    cells; a control lets a cell say that a more basic rule, checked by another cell, is already broken on its
+    inputs, instead of naming its own rule as the cause. A control that raises is skipped."""
+
+    def __init__(self, hint: str, *controls):
+        self.hint, self.controls = hint, controls
+
+    def __call__(self) -> str:
+        for control in self.controls:
+            try:
+                said = control()
+            except Exception:  # noqa: BLE001 - a control that fails says nothing; the cell's own hint stands
+                continue
+            if said:
+                return str(said)
+        return self.hint
+
+
+def check_close(actual, expected, what: str, *, atol: float = 1e-5, rtol: float = 1e-5, hint="") -> None:
     """Compare the learner's tensor with the expected one, element by element.
 
-    The message gives the shape, the worst position, both values there, and an optional hint.
+    The message gives the shape, the worst position, both values there, and an optional hint: a string, or an
+    :class:`explain`, which is asked only when the comparison fails.
     """
+    if isinstance(hint, explain):
+        try:
+            return check_close(actual, expected, what, atol=atol, rtol=rtol)
+        except AssertionError:
+            return check_close(actual, expected, what, atol=atol, rtol=rtol, hint=hint())
     try:
         expected = torch.as_tensor(expected)
     except Exception:  # noqa: BLE001 - a test may compare two answers of the learner's: either can be wrong

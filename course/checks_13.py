@@ -15,7 +15,7 @@ import torch
 from course import checks
 from course.oracles.llama import llama_attention_forward, to_llama_attention
 
-__all__ = ["PAIRING", "POSITIONS_RULE", "rope", "rotated_unit_vectors", "make_rotary", "rotary_output", "llama_output",
+__all__ = ["PAIRING", "POSITIONS_RULE", "rope", "pairing_seen", "pairing_control", "rotated_unit_vectors", "make_rotary", "rotary_output", "llama_output",
            "alibi", "allowed"]
 
 PAIRING = ("pair dimension i with dimension i + Dh/2 (the first half of the features holds the first coordinate of "
@@ -34,6 +34,29 @@ def rope(fn, x, positions, *, base=None, what: str = "apply_rope"):
     out = checks.call(fn, x, positions, what=label, hint=f"The rule: {POSITIONS_RULE}.", **kwargs)
     checks.check_shape(out, tuple(x.shape), label)
     return out
+
+
+def pairing_seen(fn) -> str | None:
+    """A control for :class:`course.checks.explain`: None when ``apply_rope`` pairs dimension i with i + Dh/2 (e_0 at
+    position 1, Dh = 8, comes out in dimensions 0 and 4 only); otherwise a sentence that says where e_0 went. Every
+    later check of RoPE (frequencies, positions, relative scores, attention equal to Llama's) fails when the pairing
+    is another one, whatever else is right: with a control, their messages send the learner to the pairing."""
+    x = torch.zeros(2, 8)
+    x[1, 0] = 1.0                                                       # e_0 at position 1 (row 0: position 0)
+    out = torch.as_tensor(fn(x, torch.arange(2)))[1].detach().double()
+    moved = [j for j in range(8) if j not in (0, 4) and abs(out[j].item()) > 1e-4]
+    if not moved:
+        return None
+    where = ", ".join(str(j) for j in moved)
+    return (f"apply_rope turns e_0 (position 1, Dh = 8) into dimension{'s' if len(moved) > 1 else ''} {where}, not "
+            "into dimension 4: its pairing of dimensions is not RoPE's half split (test_apply_rope_pairing checks "
+            "that rule), and these inputs meet it too. Pair dimension i with i + Dh/2 first; this check may then pass "
+            "as it is.")
+
+
+def pairing_control(fn):
+    """:func:`pairing_seen` of ``fn`` as a control for :class:`course.checks.explain`."""
+    return lambda: pairing_seen(fn)
 
 
 def rotated_unit_vectors(fn, head_dim: int, position, *, base=None):

@@ -28,7 +28,8 @@ from course import checks
 from course.forbidden import TRITON
 
 __all__ = ["SHORTCUTS", "WHY", "random_qkv", "reference", "reference_grads", "forward", "backward",
-           "attention", "gradients", "poison_rows", "not_implemented"]
+           "attention", "gradients", "poison_rows", "not_implemented", "inputs_have", "forward_differs_too",
+           "autograd_control"]
 
 SHORTCUTS = ("scaled_dot_product_attention", "multi_head_attention_forward", "softmax", "log_softmax",
              "matmul", "einsum")
@@ -161,3 +162,64 @@ def poison_rows(x, start, stop, value=float("nan")):
     x = x.clone()
     x[:, :, start:stop] = value
     return x
+
+
+# Controls for :class:`course.checks.explain`: a cell that adds one condition to the forward or backward (float16,
+# strided views, autograd) first asks whether the plain case on the same inputs is right; when it is not, its
+# message says so and names what else these inputs have (grouped heads, the causal mask, a ragged tile), instead of
+# blaming the condition it adds. Each control returns a sentence, or None when the plain case holds.
+
+def inputs_have(q, k, causal: bool, block_m: int = 16, block_n: int = 16) -> str:
+    """What these inputs have that a test of its own checks: ``"H = 4 query heads for Hkv = 2 key/value heads
+    (test_forward_gqa checks that case), the causal mask (...)"``."""
+    B, H, Hkv, T = q.shape[0], q.shape[1], k.shape[1], q.shape[2]
+    parts = []
+    if B > 1:
+        parts.append(f"B = {B} sequences, each reading its own keys and values (key/value head b * Hkv + "
+                     "h // (H // Hkv) in memory)")
+    if H != Hkv:
+        parts.append(f"H = {H} query heads for Hkv = {Hkv} key/value heads (grouped heads: test_forward_gqa and "
+                     "test_backward_gqa check them)")
+    if causal:
+        parts.append("the causal mask (test_forward_causal and test_backward_causal)")
+    if T % block_m or T % block_n:
+        parts.append(f"T = {T}, not a multiple of the tiles {block_m} x {block_n} (a ragged last tile)")
+    return "; ".join(parts) if parts else "nothing else a test of its own checks"
+
+
+def _differ(got, want, atol: float) -> int:
+    got, want = torch.as_tensor(got).detach().double(), torch.as_tensor(want).detach().double()
+    if got.shape != want.shape:
+        return want.numel()
+    return int((~torch.isclose(got, want, atol=atol, rtol=1e-5, equal_nan=False)).sum())
+
+
+def forward_differs_too(fn, q, k, v, causal=False, block_m=16, block_n=16, *, plain: str, adds: str,
+                        atol: float = 1e-5) -> str | None:
+    """None when ``fn``'s output on ``q, k, v`` (the plain case: float32, contiguous, the output itself) equals the
+    reference; otherwise that it differs there too, so ``adds`` (what the failing cell adds) is not what is wrong."""
+    out, _ = forward(fn, q, k, v, causal, block_m, block_n)
+    n = _differ(out, reference(q, k, v, causal)[0], atol)
+    if not n:
+        return None
+    return (f"flash_attention_forward's output differs {plain} too ({n} of {out.numel()} values), so {adds} is not "
+            f"what is wrong here. These inputs have {inputs_have(q, k, causal, block_m, block_n)}.")
+
+
+def autograd_control(forward_fn, backward_fn, q, k, v, dout, causal=False, block_m=16, block_n=16) -> str | None:
+    """For a failing gradient through ``flash_attention``: None when the learner's forward and backward are right on
+    these inputs called directly (so the autograd wrapper is what is wrong); otherwise which of the two is not."""
+    have = inputs_have(q, k, causal, block_m, block_n)
+    out, lse = forward(forward_fn, q, k, v, causal, block_m, block_n)
+    want_out, want_lse = reference(q, k, v, causal)
+    n = _differ(out, want_out, 1e-5) + _differ(lse, want_lse, 1e-4)
+    if n:
+        return (f"flash_attention_forward called directly on these inputs differs already ({n} values of out and "
+                f"lse), and the gradients follow from them: fix the forward first. These inputs have {have}.")
+    grads = backward(backward_fn, q, k, v, out, lse, dout, causal, block_m, block_n)
+    wrong = [name for name, g, r in zip(("dq", "dk", "dv"), grads, reference_grads(q, k, v, dout, causal))
+             if _differ(g, r, 1e-4)]
+    if wrong:
+        return (f"flash_attention_backward called directly on these inputs gives wrong {', '.join(wrong)} too, so the "
+                f"backward kernels are what is wrong here, not the autograd wrapper. These inputs have {have}.")
+    return None
