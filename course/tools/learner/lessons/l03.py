@@ -249,7 +249,8 @@ def masked_softmax_picture():
 s_{i-1}, of shape (B, d_hidden), is the query; attention over the encoder states h, shape (B, S, 2 d_hidden), as
 keys and values gives the context c_i, shape (B, 2 d_hidden); the GRU then reads e(y_{i-1}), the embedding of the previous
 target word, together with c_i and gives the new state s_i; the output layer reads s_i, c_i and e(y_{i-1}). Bottom,
-this lesson (Luong): the GRU moves first, reading e(y_{i-1}) alone, and gives s_i; the current state s_i is the query of the attention, whose score is the one
+this lesson (Luong): the GRU moves first, reading e(y_{i-1}) alone, and gives s_i; the current state s_i is the query of the
+attention, whose score is the one
 being compared; the output layer reads s_i and c_i. In both, padding positions of h are masked.""")
 def luong_step():
     s = Sheet(31, 10.2, title="Where the query comes from: Bahdanau's step asks with $s_{i-1}$, Luong's step asks "
