@@ -319,7 +319,15 @@ def alibi_bias(n_heads, T_q, T_k):
 
 VARIANTS = {
     # the bugs the lesson's issue names
-    "rope_interleaved_pairs": {"replace": {"apply_rope": INTERLEAVED_PAIRS}, "must_fail": ["test_apply_rope_pairing"]},
+    # GPT-J's pairing fails every later check of RoPE too; their messages must send the learner to the pairing,
+    # not claim that the scores are not relative (they are) or that the pairs share one angle
+    "rope_interleaved_pairs": {"replace": {"apply_rope": INTERLEAVED_PAIRS},
+                               "must_fail": ["test_apply_rope_pairing", "test_apply_rope_frequencies",
+                                             "test_apply_rope_relative", "test_rotary_attention_matches_llama"],
+                               "says": {g: "pairing of dimensions is not RoPE's" for g in
+                                        ("test_apply_rope_frequencies", "test_apply_rope_relative",
+                                         "test_rotary_attention_matches_llama")},
+                               "never_says": {"test_apply_rope_frequencies": "not one angle for all"}},
     "rope_rotates_values": {"replace": {"RotarySelfAttention": ROTATES_VALUES},
                             "must_fail": ["test_rotary_attention_matches_llama", "test_rotary_attention_positions"]},
     "rope_rotates_along_heads": {"replace": {"RotarySelfAttention": ROTATES_ALONG_HEADS},
