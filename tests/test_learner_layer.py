@@ -32,6 +32,13 @@ def _layered() -> list[str]:
 
 
 LESSONS = _layered()
+
+
+def test_every_lesson_has_its_learners_layer():
+    """All lessons, not only those that have one: a lesson without front matter would skip every test below."""
+    assert LESSONS == ALL, f"no learner's layer (course/tools/learner/lessons/lNN.py): {sorted(set(ALL) - set(LESSONS))}"
+
+
 # Phrases that tell the project's history, or send a learner to material they do not have. A reader who finds
 # another adds it here.
 HISTORY = [
