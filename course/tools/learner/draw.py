@@ -150,5 +150,3 @@ class Sheet:
     def save(self, path: Path) -> None:
         Path(path).write_bytes(self.png())
 
-
-_light = light      # the old name, for lesson files written before it was public
