@@ -133,6 +133,20 @@ class Sheet:
         if label:
             self.text(x, y, label, size=size)
 
+    def cell(self, x, y, w, h, face, edge="#BBBBBB", lw=0.8, text=None, size=8, color="ink"):
+        """A plain rectangle of colour ``face`` (one cell of a grid drawn by hand), with optional centred text."""
+        from matplotlib.patches import Rectangle
+
+        self.ax.add_patch(Rectangle((x, y), w, h, facecolor=face, edgecolor=edge, linewidth=lw))
+        if text is not None:
+            self.text(x + w / 2, y + h / 2, text, size=size, color=color)
+
+    def plus(self, x, y, r=0.36, *, lw=1.6):
+        """A residual sum: a circle with a plus in it."""
+        self.circle(x, y, r, color="x")
+        self.line([x - r * 0.55, x + r * 0.55], [y, y], color="ink", lw=lw)
+        self.line([x, x], [y - r * 0.55, y + r * 0.55], color="ink", lw=lw)
+
     # -- output --------------------------------------------------------------------------------
     def png(self) -> bytes:
         """The sheet as palette PNG bytes (no timestamp, no software tag: the same drawing, the same bytes)."""

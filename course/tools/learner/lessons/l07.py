@@ -28,13 +28,6 @@ front(L, level="core", part="Transformers", lessons=("05_self_attention", "06_mu
 
 # -- helpers -----------------------------------------------------------------------------------------------
 
-def _plus(s: Sheet, x: float, y: float, r: float = 0.38):
-    """A residual sum: a circle with a plus."""
-    s.circle(x, y, r, color="x")
-    s.line([x - r * 0.55, x + r * 0.55], [y, y], color="ink", lw=1.6)
-    s.line([x, x], [y - r * 0.55, y + r * 0.55], color="ink", lw=1.6)
-
-
 def _residual(s: Sheet, x_from: float, y_from: float, x_side: float, y_to: float, x_to: float, r: float = 0.38):
     """The identity path: out to the side at y_from, up, and into the left of the sum at (x_to, y_to)."""
     s.line([x_from, x_side], [y_from, y_from], color="x", lw=2.0)
@@ -62,7 +55,7 @@ def post_pre_norm():
         for kind, y, label, sub in steps:
             if kind == "plus":
                 s.arrow(cx, y_prev, cx, y - r, color="ink")
-                _plus(s, cx, y, r)
+                s.plus(cx, y, r)
                 y_prev = y + r
             else:
                 s.arrow(cx, y_prev, cx, y, color="ink")

@@ -30,12 +30,6 @@ front(L, level="core", part="Transformers", lessons=("02_rnn_attention", "07_tra
 
 # -- helpers -----------------------------------------------------------------------------------------------
 
-def _plus(s: Sheet, x: float, y: float, r: float = 0.36):
-    s.circle(x, y, r, color="x")
-    s.line([x - r * 0.55, x + r * 0.55], [y, y], color="ink", lw=1.6)
-    s.line([x, x], [y - r * 0.55, y + r * 0.55], color="ink", lw=1.6)
-
-
 def _residual(s: Sheet, x_from: float, y_from: float, x_side: float, y_to: float, x_to: float, r: float = 0.36):
     s.line([x_from, x_side], [y_from, y_from], color="x", lw=2.0)
     s.line([x_side, x_side], [y_from, y_to], color="x", lw=2.0)
@@ -130,7 +124,7 @@ def decoder_block():
         for kind, y, label, sub in steps:
             if kind == "plus":
                 s.arrow(cx, y_prev, cx, y - r, color="ink")
-                _plus(s, cx, y, r)
+                s.plus(cx, y, r)
                 y_prev = y + r
             else:
                 s.arrow(cx, y_prev, cx, y, color="ink")

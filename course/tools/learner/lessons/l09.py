@@ -43,12 +43,6 @@ def _tokens(s: Sheet, x: float, y: float, chars, *, w: float = 1.5, h: float = 0
     return centres
 
 
-def _plus(s: Sheet, x: float, y: float, r: float = 0.34):
-    s.circle(x, y, r, color="x")
-    s.line([x - r * 0.55, x + r * 0.55], [y, y], color="ink", lw=1.6)
-    s.line([x, x], [y - r * 0.55, y + r * 0.55], color="ink", lw=1.6)
-
-
 SHOWN = ["d", "e", "f", "␣", "f", "("]          # "def f(": one window of T = 6 characters
 
 
@@ -198,7 +192,7 @@ def gpt():
     s.arrow(cx, 1.15, cx, 1.8, color="ink")
     s.box(cx - 3.6, 1.8, 3.4, 1.1, "tok_emb(idx)", sub="table (V, D)", color="x", size=10)
     s.box(cx + 0.2, 1.8, 3.4, 1.1, "pos_emb(0 … T−1)", sub="table (block_size, D)", color="pos", size=10)
-    _plus(s, cx, 3.5, r)
+    s.plus(cx, 3.5, r)
     s.arrow(cx - 1.9, 2.9, cx - r, 3.45, color="ink")
     s.arrow(cx + 1.9, 2.9, cx + r, 3.45, color="ink")
     s.text(cx + 0.6, 3.5, "(B, T, D)", size=9, color="soft", ha="left")
@@ -210,13 +204,13 @@ def gpt():
     s.arrow(cx, 5.75, cx, 6.2, color="ink")
     s.box(cx - bw / 2, 6.2, bw, 1.0, "attn: causal multi-head attention", sub="qkv → heads → SDPA → proj", color="w",
           size=9)
-    _plus(s, cx, 7.75, r)
+    s.plus(cx, 7.75, r)
     s.arrow(cx, 7.2, cx, 7.75 - r, color="ink")
     s.arrow(cx, 7.75 + r, cx, 8.5, color="ink")
     s.box(cx - bw / 2, 8.5, bw, 0.75, "ln2  LayerNorm(D)", color="norm", size=9)
     s.arrow(cx, 9.25, cx, 9.7, color="ink")
     s.box(cx - bw / 2, 9.7, bw, 1.0, "mlp: fc (D → 4D), GELU, proj (4D → D)", color="ffn", size=9)
-    _plus(s, cx, 11.2, r)
+    s.plus(cx, 11.2, r)
     s.arrow(cx, 10.7, cx, 11.2 - r, color="ink")
     # residual paths (teal) around each sublayer
     for y_from, y_to in ((4.6, 7.75), (8.15, 11.2)):
@@ -288,7 +282,7 @@ def ladder():
         if residual:
             s.arrow(cx, y, cx, y + gap + 0.05, color="ink", lw=1.0)
             y += gap + 0.05 + r
-            _plus(s, cx, y, r)
+            s.plus(cx, y, r)
             side = x - 0.3
             s.line([cx, side], [y_in + gap * 0.5, y_in + gap * 0.5], color="x", lw=1.6)
             s.line([side, side], [y_in + gap * 0.5, y], color="x", lw=1.6)

@@ -31,12 +31,6 @@ front(L, level="optional", part="Beyond the core", lessons=("06_multi_head_atten
 
 # -- helpers -----------------------------------------------------------------------------------------------
 
-def _plus(s: Sheet, x: float, y: float, r: float = 0.3):
-    s.circle(x, y, r, color="x")
-    s.line([x - r * 0.55, x + r * 0.55], [y, y], color="ink", lw=1.5)
-    s.line([x, x], [y - r * 0.55, y + r * 0.55], color="ink", lw=1.5)
-
-
 @diagram(L, "l14-residual-bus", alt="""The residual stream of the two-layer attention-only model drawn as a shared
 bus, a teal band running left to right, one vector r_t of width d_model per position, shape (B, T, D). On the left
 the embedding writes onto it: r^(0)_t is the row of W_E for token x_t plus the row of W_P for position t. Then
@@ -70,7 +64,7 @@ def residual_bus():
             x = x_start + hd * 2.15
             s.box(x, 6.2, 1.8, 1.4, f"head {layer}.{hd}", color="w", size=9)
             s.arrow(x + 0.3, 5.6, x + 0.3, 6.15, color="ink", lw=1.2)                    # reads
-            _plus(s, x + 1.5, y0 + h / 2, 0.28)
+            s.plus(x + 1.5, y0 + h / 2, 0.28, lw=1.5)
             s.arrow(x + 1.5, 6.15, x + 1.5, y0 + h / 2 + 0.3, color="out", lw=1.2)       # writes
         s.text(x_start + 4.1, 8.3, "all read the same stream; each adds its own $z^h W_O^h$", size=9, color="soft")
         if layer == 0:

@@ -30,12 +30,6 @@ front(L, level="optional", part="Beyond the core", lessons=("09_language_model",
                 "minutes of wall-clock time on a busy laptop. The smoke profile runs the whole lesson in seconds.")
 
 
-def _cell(s: Sheet, x, y, w, h, face, edge="#BBBBBB", text=None, size=8, color="ink"):
-    s.ax.add_patch(Rectangle((x, y), w, h, facecolor=face, edgecolor=edge, linewidth=0.8))
-    if text is not None:
-        s.text(x + w / 2, y + h / 2, text, size=size, color=color)
-
-
 @diagram(L, "l15-window-sinks", alt="""A sliding-window cache with window = 4 and n_sinks = 2, over time. Left: a
 grid with one row per step t = 0 to 11 (a new token arrives and its query reads the cache) and one column per
 position 0 to 11. In row t, the positions the query sees are coloured: positions 0 and 1, the sinks, in gold in every
@@ -62,8 +56,8 @@ def window_sinks():
                 face = win_face
             else:
                 face = gone
-            _cell(s, x0 + p * c, y, c, c, face)
-        _cell(s, x0 + t * c, y, c, c, win_face if t >= sinks else sink_face, edge=COLORS["q"], text="q",
+            s.cell(x0 + p * c, y, c, c, face)
+        s.cell(x0 + t * c, y, c, c, win_face if t >= sinks else sink_face, edge=COLORS["q"], text="q",
               color="q")
     for p in range(T):
         s.text(x0 + (p + 0.5) * c, y0 - 0.35, f"{p}", size=8, color="soft")
@@ -75,7 +69,7 @@ def window_sinks():
                                         (win_face, "window: the last window = 4 tokens"),
                                         (gone, "evicted: no longer in the cache"),
                                         (COLORS["white"], "the future: not appended yet"))):
-        _cell(s, lx, ly - i * 0.85, 0.6, 0.6, face)
+        s.cell(lx, ly - i * 0.85, 0.6, 0.6, face)
         s.text(lx + 0.85, ly - i * 0.85 + 0.3, label, size=9, ha="left")
     s.text(lx + 0.3, ly - 3.9, "q: the query of step t (it sees its own key too)", size=9, ha="left", color="q")
     s.text(lx + 0.3, ly - 4.6, "until t = 5 nothing leaves: the cache holds at most 2 + 4 tokens", size=9,
@@ -85,7 +79,7 @@ def window_sinks():
     s.text(bx, by + 2.25, "what the cache holds after step 9", size=10, weight="bold", ha="left")
     kept = [0, 1, 6, 7, 8, 9]
     for i, p in enumerate(kept):
-        _cell(s, bx + i * 1.25, by + 0.75, 1.1, 0.8, sink_face if p < sinks else win_face, text="k, v", size=9)
+        s.cell(bx + i * 1.25, by + 0.75, 1.1, 0.8, sink_face if p < sinks else win_face, text="k, v", size=9)
         s.text(bx + i * 1.25 + 0.55, by + 0.4, f"{p}", size=9, weight="bold")
         s.text(bx + i * 1.25 + 0.55, by - 0.1, f"{9 - p}", size=9, color="soft")
     s.text(bx + 7.7, by + 1.15, "keys(), values()", size=9, ha="left")

@@ -33,12 +33,6 @@ front(L, level="optional", part="Beyond the core", lessons=("05_self_attention",
 
 # -- helpers ---------------------------------------------------------------------------------------------
 
-def _cell(s: Sheet, x, y, w, h, face, edge="#BBBBBB", lw=0.8, text=None, size=8, color="ink"):
-    s.ax.add_patch(Rectangle((x, y), w, h, facecolor=face, edgecolor=edge, linewidth=lw))
-    if text is not None:
-        s.text(x + w / 2, y + h / 2, text, size=size, color=color)
-
-
 def _frame(s: Sheet, x, y, w, h, color="ink", lw=2.0, dashed=False):
     s.ax.add_patch(Rectangle((x, y), w, h, fill=False, edgecolor=COLORS.get(color, color), linewidth=lw,
                              linestyle="--" if dashed else "-"))
@@ -75,7 +69,7 @@ def forward_tiling():
     for r in range(T):
         for d in range(3):
             face = light("q", 0.2) if r >= BM else light("q", 0.65)
-            _cell(s, qx + d * c, y0 + (T - 1 - r) * c, c, c, face, edge="white")
+            s.cell(qx + d * c, y0 + (T - 1 - r) * c, c, c, face, edge="white")
     _frame(s, qx, y0, 3 * c, T * c, color=COLORS["q"], lw=1.4)
     _frame(s, qx, y0, 3 * c, BM * c, color=COLORS["q"], lw=2.6)
     s.text(qx + 1.5 * c, top + 0.35, "q", size=11, weight="bold", color="q")
@@ -88,7 +82,7 @@ def forward_tiling():
         yy = ky + strip * (3 * c + 0.25)
         for j in range(T):
             for d in range(3):
-                _cell(s, x0 + j * c, yy + d * c, c, c, light(col, 0.45), edge="white")
+                s.cell(x0 + j * c, yy + d * c, c, c, light(col, 0.45), edge="white")
         for t in range(T // BN):
             _frame(s, x0 + t * BN * c, yy, BN * c, 3 * c, color=COLORS[col], lw=1.4)
         s.text(x0 - 0.25, yy + 1.5 * c, f"{name} ({size_}, T)", size=9, color=col, ha="right")
@@ -101,7 +95,7 @@ def forward_tiling():
     _frame(s, x0, y0, T * c, T * c, color="soft", lw=1.0, dashed=True)
     for t in range(T // BN):
         face = light("w", 0.55) if t < 2 else (COLORS["w"] if t == 2 else COLORS["white"])
-        _cell(s, x0 + t * BN * c, y0, BN * c, BM * c, face, edge=COLORS["w"], lw=1.2,
+        s.cell(x0 + t * BN * c, y0, BN * c, BM * c, face, edge=COLORS["w"], lw=1.2,
               text={0: "done", 1: "done", 2: "S", 3: "next"}[t], color="white" if t == 2 else "ink", size=9)
     s.text(x0 + T * c / 2, y0 + BM * c + 1.25, "the (T, T) scores: never stored,", size=9, color="soft")
     s.text(x0 + T * c / 2, y0 + BM * c + 0.8, "not even one row of them", size=9, color="soft")
@@ -154,7 +148,7 @@ def backward_recompute():
     s.grid(x0 + 7.2, y0 + 4.6, 8, 1, cell=c, color="w", label="L", shape="(T,)", size=8)
     # P crossed out
     px, py, pw = x0 + 1.2, y0 + 0.1, 8 * c
-    _cell(s, px, py, pw, pw, "#F2F2F2", edge=COLORS["mask"])
+    s.cell(px, py, pw, pw, "#F2F2F2", edge=COLORS["mask"])
     s.line([px, px + pw], [py, py + pw], color="bad", lw=1.6)
     s.line([px, px + pw], [py + pw, py], color="bad", lw=1.6)
     s.text(px + pw / 2, py + pw + 0.3, "P: (T, T), never stored", size=8, color="bad")
@@ -189,7 +183,7 @@ def backward_recompute():
             for j in range(n_t):
                 on = (j == 2) if panel == 0 else (i == 1)
                 face = light("w", 0.45) if on else COLORS["white"]
-                _cell(s, bx + j * tc, by + (n_t - 1 - i) * tc, tc, tc, face, edge="#BBBBBB")
+                s.cell(bx + j * tc, by + (n_t - 1 - i) * tc, tc, tc, face, edge="#BBBBBB")
         if panel == 0:
             s.arrow(bx + 2.5 * tc, by + n_t * tc - 0.15, bx + 2.5 * tc, by + 0.15, color="k", lw=2)
             owns = "owns $dK_j$, $dV_j$"
@@ -228,7 +222,7 @@ def _causal_panel(s: Sheet, x0, y0, T, BM, BN, c, title):
                 face = light("w", 0.25)                   # allowed
             else:
                 face = "#D9D9D9"                           # loaded, masked to -inf
-            _cell(s, x0 + j * c, y0 + (n_m * BM - 1 - i) * c, c, c, face, edge="#E6E6E6", lw=0.5)
+            s.cell(x0 + j * c, y0 + (n_m * BM - 1 - i) * c, c, c, face, edge="#E6E6E6", lw=0.5)
     for ti in range(n_m + 1):
         s.line([x0, x0 + n_n * BN * c], [y0 + ti * BM * c] * 2, color="ink", lw=1.2)
     for tj in range(n_n + 1):
@@ -264,7 +258,7 @@ def causal_skips():
                                        ("#D9D9D9", "loaded, score set to −∞"),
                                        (COLORS["white"], "in a tile never loaded"),
                                        ("#F1EEF8", "a row past T: never stored"))):
-        _cell(s, lx, ly - n * 0.9, 0.55, 0.55, face, edge="#999999")
+        s.cell(lx, ly - n * 0.9, 0.55, 0.55, face, edge="#999999")
         s.text(lx + 0.8, ly - n * 0.9 + 0.27, label, size=8, ha="left")
     s.text(lx - 0.1, 5.0, "program i's loop stops after", size=8, ha="left", color="soft")
     s.text(lx - 0.1, 4.55, "its last row, min((i + 1) · BLOCK_M, T):", size=8, ha="left", color="soft")
@@ -298,7 +292,7 @@ def pad_before_max():
         s.text(0.4, y + c + 0.45, label, size=10, weight="bold", ha="left", color=col)
         x = 1.0
         for j, v in enumerate(real + [pad]):
-            _cell(s, x + j * c, y, c, c, light("w", 0.6) if j < 3 else "#D9D9D9", edge="#999999",
+            s.cell(x + j * c, y, c, c, light("w", 0.6) if j < 3 else "#D9D9D9", edge="#999999",
                   text=str(v).replace("-", "−"), size=9)
         s.text(x + 1.5 * c, y - 0.35, "real keys", size=8, color="soft")
         s.text(x + 3.5 * c, y - 0.35, "pad (past T)", size=8, color="soft")
@@ -309,6 +303,6 @@ def pad_before_max():
         s.text(tx + 2 * c, y + c + 0.3, "$e^{s - m}$", size=9, color="soft")
         for j, t in enumerate(terms):
             value = 0.0 if t.startswith("(") else float(t)
-            _cell(s, tx + j * c, y, c, c, light("w", 1 - 0.6 * value), edge="#999999", text=t, size=8)
+            s.cell(tx + j * c, y, c, c, light("w", 1 - 0.6 * value), edge="#999999", text=t, size=8)
         s.text(tx + 4 * c + 0.4, y + c / 2, l_text, size=10, ha="left", color=col)
     return s
