@@ -15,7 +15,8 @@ import torch
 from course import checks
 from course.oracles.llama import llama_attention_forward, to_llama_attention
 
-__all__ = ["PAIRING", "POSITIONS_RULE", "rope", "pairing_seen", "pairing_control", "rotated_unit_vectors", "make_rotary", "rotary_output", "llama_output",
+__all__ = ["PAIRING", "POSITIONS_RULE", "rope", "pairing_seen", "pairing_control", "rotated_unit_vectors", "make_rotary",
+           "rotary_output", "llama_output",
            "alibi", "allowed"]
 
 PAIRING = ("pair dimension i with dimension i + Dh/2 (the first half of the features holds the first coordinate of "
