@@ -148,7 +148,7 @@ def test_course_help_in_the_repository_lists_every_command():
     from course.commands import cli
 
     help_text = cli.build_parser().format_help()
-    assert set(re.findall(r"^    (\w+) ", help_text, re.M)) == {"run", "release", "check", "grade", "dist", "doctor",
+    assert set(re.findall(r"^    (\w+) ", help_text, re.M)) == {"run", "release", "report", "check", "grade", "dist", "doctor",
                                                                   "lab", "workshop"}, help_text
 
 

@@ -1,4 +1,4 @@
-"""The ``course`` command: run, release, check, grade, dist, doctor, lab, workshop.
+"""The ``course`` command: run, release, check, grade, report, dist, doctor, lab, workshop.
 
 Every subcommand has ``--help``. Exit codes: 0 when everything passed, 1 when something needs a
 look (a lesson failed, a test failed, a submission could not be graded cleanly), 2 for bad usage
