@@ -70,6 +70,17 @@ LESSONS = ("00", "01", "02", "03", "04", "05", "06", "07", "08", "09", "10", "11
 
 # --------------------------------------------------------------------------- measurements on a GPU (docs/gpu-*.md)
 
+# The full values of the lessons when they ran on a GPU (2026-11-25 and 11-28), where they differ from today's: the
+# calibration (06) and the cross-checks (02, 03, 07, 08) need the work of those runs, not of today's notebooks.
+MEASURED_WITH = {
+    "02": {"STEPS": 1200},
+    "03": {"TR": dict(n_train=20000, n_test=1000, max_len=10, steps=400, d_hidden=128)},
+    "06": {"cfg.steps": 400},
+    "07": {"cfg_a.steps": 600, "cfg_a.seeds": 3, "cfg_b.steps": 600, "cfg_b.warmup": 60},
+    "08": {"cfg.epochs": 12, "cfg.warmup": 400, "beam_pairs": 200, "cfg_avg": dict(steps=1170, every=58, K=5),
+           "cfg_warm": dict(n_layers=6, steps=1000, lr=1e-3, warmup=200)},
+}
+
 GPU = {
     # lesson 06's full profile alone on an H200 (docs/gpu-2026-11-28.md, lessons-1712/lessons-report.json)
     "lesson06_full_s": 55.4,
@@ -86,8 +97,8 @@ GPU = {
     # bench/attention_scaling.py on the H200, bf16, B 1, H 16, Dh 64 (docs/gpu-2026-11-28.md): ms per call at T = 16 384
     "attn16k_ms": {"naive": 16.57, "chunked": 31.42, "sdpa": 2.26},
 }
-# Upper bounds: lessons run beside 11 others on the H100 on 2026-11-25 with the same full values as today (their
-# run.pick values have not changed since; the GPU and 16 cores were shared, so each one alone is faster).
+# Upper bounds: lessons run beside 11 others on the H100 on 2026-11-25 with that day's full values (MEASURED_WITH
+# where they have changed since; the GPU and 16 cores were shared, so each one alone is faster).
 SHARED_UPPER = {"00": 41.6, "01": 161.0, "02": 300.0, "03": 232.0, "05": 95.0, "07": 288.0}
 # Lesson 04's 16 ablation runs (2 000 steps each) took 306.5 s beside 4 lessons and a benchmark on the H100
 # (docs/gpu-2026-11-25/lesson-04-call3.metrics.jsonl); lesson 08 did not finish in 300 s alone on the H200.
@@ -1249,8 +1260,17 @@ def lesson_09(v: Values) -> list[Work]:
     speed_block = v.at("speed_block =")
     lengths = [n for n in (16, 32, 64, 128, 256, 512, 1024) if n <= speed_block]
     tokens = 2 * sum(lengths)
-    works.append(Work(f"cache speed-up: lengths {lengths[0]}..{lengths[-1]}, twice each way", tokens, host=per_u + per_c,
-                      syncs=syn_u + syn_c, width=d, flops=2 * n_params * (1 + sum(n * n for n in lengths) / sum(lengths) / 2)))
+    works.append(Work(f"cache speed-up on the GPU (for comparison): lengths {lengths[0]}..{lengths[-1]}, twice each way", tokens,
+                      host=per_u + per_c, syncs=syn_u + syn_c, width=d,
+                      flops=2 * n_params * (1 + sum(n * n for n in lengths) / sum(lengths) / 2)))
+    torch.manual_seed(0)                                # the target's timing runs on the CPU on every machine: timed here
+    fresh = GPT(V, speed_block, d, H, L).eval()
+    t0 = time.perf_counter()
+    for n in lengths:
+        for use_cache in (True, False):
+            fresh.generate(idx[:, :1], n - 1, top_k=1, use_cache=use_cache)
+    works.append(Work(f"cache speed-up on the CPU (the target): lengths {lengths[0]}..{lengths[-1]}, twice each way", 1,
+                      cpu=2 * (time.perf_counter() - t0)))
     def gru_parameters(h):                              # the notebook's count: embedding, GRU, head
         return V * h + 6 * h * h + 6 * h + h * V + V
     d_gru = v.overrides.get("d_gru", min(range(8, 2049), key=lambda h: abs(gru_parameters(h) - n_params)))
@@ -1592,8 +1612,8 @@ def lesson_15(v: Values) -> list[Work]:
                    note="with the maps and the int8 round trips"),
               Work(f"greedy through a float32 cache: 8 prompts x {16 + cfg['spec_new']} tokens", 8 * (15 + cfg["spec_new"]),
                    host=per_step, syncs=L + 1, width=d),
-              Work(f"greedy through the int8 cache: 8 prompts x {16 + cfg['spec_new']} tokens (it dequantises every part "
-                   "at every step)", 8, host=quadratic(15 + cfg["spec_new"]), syncs=(L + 1) * (15 + cfg["spec_new"]), width=d)]
+              Work(f"greedy through the int8 cache: 8 prompts x {16 + cfg['spec_new']} tokens (kernels fitted at 4, 8, 16 "
+                   "steps)", 8, host=quadratic(15 + cfg["spec_new"]), syncs=(L + 1) * (15 + cfg["spec_new"]), width=d)]
     # the CPU part: the lesson moves speculative decoding to the CPU (threads: torch's default on a GPU machine)
     spec_target, spec_draft = target, models["draft"][0]
     bigram = serving.BigramDraft.from_counts(corp.train[:200_000], V)
@@ -1649,34 +1669,17 @@ def lesson_16(v: Values) -> list[Work]:
 
 # --------------------------------------------------------------------------- the report
 
-# The re-size this estimate proposes for the full profile (run.pick values; the notebooks are not edited here):
-# `--proposal` estimates it. Widths and batches stay (a small model costs the same per step on a GPU at any batch);
-# steps, runs and layers go, most of them to the standard profile's counts, whose targets are met on every seed.
-PROPOSAL = {
-    "02": {"STEPS": 600},
-    "03": {"TR.steps": 250},
-    "04": {"ABLATION_SEEDS": [0], "ABLATION_STEPS": 400},
-    "06": {"cfg.steps": 300},
-    "07": {"cfg_a.steps": 300, "cfg_a.seeds": 2, "cfg_b.steps": 200, "cfg_b.warmup": 20},
-    "08": {"cfg.epochs": 4, "cfg.warmup": 150, "beam_pairs": 30, "cfg_avg": {"steps": 100, "every": 10, "K": 5},
-           "cfg_warm": {"n_layers": 3, "steps": 100, "lr": 2e-3, "warmup": 30}},
-    "09": {"cfg.steps": 1000, "cfg.eval_every": 100, "cfg.n_layers": 4, "cfg.sample_len": 300, "speed_block": 256, "n_new": 256},
-    "10": {"cfg.steps": 1500, "cfg.batch": 128, "cfg.n_layers": 2, "cfg.eval_every": 100, "tcfg.steps": 400, "tcfg.seeds": 2,
-           "tcfg.lrs_bert": (3e-4, 1e-3)},
-    "11": {"cfg_a.steps": 1500, "cfg_a.n_layers": 3, "cfg_a.cnn_steps": 600, "cfg_b": {"sizes": [50, 150, 500], "steps": 300},
-           "cfg_c.steps": 300},
-    "12": {"cfg.lengths": [1024 * 2 ** i for i in range(7)], "cfg_lm.steps": 500, "cfg_lm.n_layers": 2, "cfg_lm.eval_batches": 20},
-    "13": {"cfg.steps": 600, "cfg.n_layers": 2},
-    "14": {"cfg09": "standard"},
-    "15": {"cfg.spec_new": 40, "cfg.chi2_runs": 2000, "cfg.timing_rounds": 2, "cfg.steps": 500, "cfg.draft_steps": 300,
-           "cfg.lin_lengths": [128, 256, 512], "cfg.ks": [1, 2, 4, 8]},
-}
+# A re-size to estimate beside today's values (run.pick names -> values, as --what-if takes them), shown as the
+# table's last column; empty when the notebooks hold the latest one. The re-size of 2026-12-07 (CHANGELOG.md) is in
+# the notebooks: fewer steps, runs and layers at the full profile's widths and batches (a small model costs the same
+# per step on a GPU at any batch), and the standard profile's sizes in lessons 03, 09, 10, 13, 14 and 15, whose
+# targets are met on every seed.
+PROPOSAL: dict[str, dict] = {}
 
-# The per-lesson caps this estimate proposes (seconds on one H100, start-up included), 900 s in all: each lesson's
-# estimate after the re-size above, rounded up, the small lessons at little more than their start-up. A lesson that
-# outgrows its cap on the card is the one to cut again.
-CAPS = {"00": 10, "01": 15, "02": 56, "03": 43, "04": 82, "05": 22, "06": 44, "07": 67, "08": 130, "09": 75, "10": 63,
-        "11": 65, "12": 43, "13": 43, "14": 33, "15": 78, "16": 31}
+# The per-lesson caps (seconds on one H100, start-up included), 900 s in all: each lesson's estimate after the
+# re-size of 2026-12-07, rounded up. A lesson that outgrows its cap on the card is the one to cut again.
+CAPS = {"00": 10, "01": 15, "02": 58, "03": 38, "04": 95, "05": 22, "06": 46, "07": 68, "08": 126, "09": 48, "10": 85,
+        "11": 66, "12": 44, "13": 51, "14": 34, "15": 58, "16": 32}
 
 TITLES = {}
 
@@ -1699,7 +1702,7 @@ def markdown(results: list[dict], scenarios: list[Scenario], ref: dict, checks: 
     total = {k: sum(r[k] for r in results) for k in ("low", "mid", "high")}
     extra = " after the proposed re-size: mid (range) |" if proposal else ""
     lines = ["| lesson | today's full profile: estimated s on one H100, mid (range) | share of the 900 s | dominant experiment "
-             "(mid, seconds) | proposed cap |" + extra, "| --- | --- | --- | --- | --- |" + (" --- |" if proposal else "")]
+             "(mid, seconds) | cap |" + extra, "| --- | --- | --- | --- | --- |" + (" --- |" if proposal else "")]
     after = {r["lesson"]: r for r in proposal or []}
     for r in results:
         cap = CAPS.get(r["lesson"])
@@ -1734,7 +1737,8 @@ def markdown(results: list[dict], scenarios: list[Scenario], ref: dict, checks: 
                          f"{1e6 * checks['08']:.0f} µs")
         for lesson, (est, bound) in checks.get("shared", {}).items():
             lines.append(f"* lesson {lesson}: estimated {fmt_s(est)} s alone (fast scenario), {fmt_s(bound)} s measured beside 11 other "
-                         "lessons on the H100 (2026-11-25, same full values): " + ("below, as it must be" if est < bound else "ABOVE"))
+                         "lessons on the H100 (2026-11-25, that day's full values): "
+                         + ("below, as it must be" if est < bound else "ABOVE"))
         if "04" in checks:
             lines.append(f"* lesson 04's ablation: estimated {1e3 * checks['04'][0]:.1f} ms per step alone, "
                          f"{1e3 * checks['04'][1]:.1f} ms measured beside 4 lessons and a benchmark on the H100")
@@ -1767,7 +1771,8 @@ def main(argv=None) -> int:
     ref = reference_rates()
     t0 = time.perf_counter()
     _, works06 = lesson_works("06")
-    scenarios = calibrate(works06, ref)
+    _, measured06 = lesson_works("06", "full", MEASURED_WITH["06"])
+    scenarios = calibrate(measured06, ref)
     results, checks = [], {}
     for lesson in args.lessons:
         if lesson == "06" and "06" not in overrides:
@@ -1778,15 +1783,18 @@ def main(argv=None) -> int:
         r["works"] = [w.__dict__ for w in works]
         results.append(r)
         print(f"{lesson}: {fmt_s(r['mid'])} s ({fmt_s(r['low'])}-{fmt_s(r['high'])}); {r['dominant']}", file=sys.stderr)
+        then = works if lesson not in MEASURED_WITH else None   # the work of the GPU run a cross-check compares with
+        if lesson in ("08", *SHARED_UPPER) and lesson not in overrides and then is None:
+            _, then = lesson_works(lesson, "full", MEASURED_WITH[lesson])
         if lesson == "08" and "08" not in overrides:
-            checks["08"] = c_op_for("08", works, OBSERVED["08_h200_more_than_s"], scenarios[0], ref)
+            checks["08"] = c_op_for("08", then, OBSERVED["08_h200_more_than_s"], scenarios[0], ref)
         if lesson in SHARED_UPPER and lesson not in overrides:
-            checks.setdefault("shared", {})[lesson] = (r["low"], SHARED_UPPER[lesson])
+            checks.setdefault("shared", {})[lesson] = (estimate(lesson, then, scenarios, ref)["low"], SHARED_UPPER[lesson])
         if lesson == "04" and "04" not in overrides:
             abl = next(e for e in r["scenarios"]["mid"]["works"] if e["name"].startswith("ablation: "))
             checks["04"] = (max(abl["host_per_unit"], abl["device_per_unit"]), OBSERVED["04_ablation_shared_s"] / 32000)
     proposal = None
-    if args.proposal:
+    if args.proposal and PROPOSAL:
         proposal = []
         for lesson in args.lessons:
             changes = {**PROPOSAL.get(lesson, {}), **overrides.get(lesson, {})}
