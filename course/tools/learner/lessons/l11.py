@@ -114,11 +114,11 @@ def patches():
 
 
 @diagram(L, "l11-patch-embedding", alt="""Two ways to compute the patch embedding give the same numbers. Top: patchify
-turns images (B, C, H, W) into patches (B, N, C p p); one nn.Linear(C p p, D), whose weight W has shape (D, C p p),
+turns images (B, C, H, W) into patches (B, N, C p p); one nn.Linear(C p p, D), whose weight W_E has shape (D, C p p),
 is applied to every patch and gives tokens (B, N, D). Bottom: nn.Conv2d(C, D, kernel_size = p, stride = p) with a
 kernel K of shape (D, C, p, p) slides over the image in steps of p, so its windows never overlap and window (r, c)
 is exactly patch n = r (W/p) + c; its output (B, D, H/p, W/p), flattened over the grid and transposed, is (B, N, D).
-The two are the same function when W = K.reshape(D, C p p), because the convolution's triple sum over channel, row
+The two are the same function when W_E = K.reshape(D, C p p), because the convolution's triple sum over channel, row
 and column runs over the patch's pixels in the order patchify flattens them.""")
 def patch_embedding():
     s = Sheet(31, 11.2, title="The patch embedding: a linear layer on the patches is a convolution with kernel = "
@@ -129,7 +129,7 @@ def patch_embedding():
     s.arrow(3.8, y + 0.65, 4.5, y + 0.65, color="ink")
     s.box(4.6, y, 3.2, 1.3, "patchify", sub="(B, N, C·p·p)", color="neutral", size=11)
     s.arrow(7.9, y + 0.65, 8.6, y + 0.65, color="ink")
-    s.box(8.7, y, 7.0, 1.3, "nn.Linear(C·p·p, D)", sub="weight W (D, C·p·p), shared by all patches",
+    s.box(8.7, y, 7.0, 1.3, "nn.Linear(C·p·p, D)", sub="weight W_E (D, C·p·p), shared by all patches",
           color="neutral", size=11)
     s.arrow(15.8, y + 0.65, 16.5, y + 0.65, color="ink")
     s.box(16.6, y, 3.2, 1.3, "tokens", sub="(B, N, D)", color="x", size=11)
@@ -147,7 +147,7 @@ def patch_embedding():
     s.text(18.2, y2 - 0.45, ".flatten(2).transpose(1, 2)", size=8, color="soft")
     s.text(10.15, 4.25, "what transformers and timm run (one fast kernel)", size=10, weight="bold")
     # equality
-    s.box(5.8, 5.3, 8.7, 1.1, "the same numbers when  W = K.reshape(D, C·p·p)", color="w", size=10)
+    s.box(5.8, 5.3, 8.7, 1.1, "the same numbers when W_E = K.reshape(D, C·p·p)", color="w", size=10)
     s.arrow(18.2, 7.5, 18.2, 3.6, color="w", style="<|-|>", lw=1.6)
     s.text(18.6, 5.85, "equal", size=9, color="w", ha="left")
     # the stride picture
@@ -160,7 +160,7 @@ def patch_embedding():
     s.text(gx + 3 * c, gy - 0.95, "window (r, c) = patch r·(W/p) + c", size=9, color="soft")
     s.text(gx + 3 * c, 8.9, "conv[d, r, c] = $b_d + \\sum_{ch,i,j} K[d, ch, i, j]$", size=9)
     s.text(gx + 3 * c, 8.3, "· image[ch, rp + i, cp + j]", size=9)
-    s.text(gx + 3 * c, 7.6, "= row d of W · patch n, + $b_d$", size=9, color="soft")
+    s.text(gx + 3 * c, 7.6, "= row d of W_E · patch n, + $b_d$", size=9, color="soft")
     return s
 
 
