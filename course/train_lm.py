@@ -2,10 +2,10 @@
 
     torchrun --standalone --nproc-per-node=4 -m course.train_lm --profile full --out results/lm
 
-trains a character-level GPT on the standard library's sources (lesson 09's corpus and its
-``full`` sizes: 6 layers, 384 wide, context 256) with :func:`course.train.fit` on every rank: NCCL
+trains a character-level GPT on the standard library's sources (lesson 09's corpus; ``full``: 6 layers,
+384 wide, context 256, a model a GPU keeps busy, larger than the lesson's own) with :func:`course.train.fit` on every rank: NCCL
 on CUDA, each rank on ``cuda:LOCAL_RANK``, gloo on the CPU. ``--batch`` is the GLOBAL batch (64
-windows, as in the lesson): each step every rank takes its ``batch / (ranks x accumulate)``
+windows in ``full``): each step every rank takes its ``batch / (ranks x accumulate)``
 windows per micro-step, so the same command on 1, 2 or 8 GPUs trains on the same data with the
 same learning rate. Only rank 0 prints, writes ``metrics.jsonl`` and ``checkpoint.pt`` to
 ``--out``. A plain ``python -m course.train_lm`` is one process.
@@ -29,7 +29,7 @@ from pathlib import Path
 import torch
 
 PROFILES = {
-    # Lesson 09's training sizes (its cfg cell), per profile.
+    # The smoke and standard sizes are lesson 09's (its cfg cell); full is a larger model for GPUs.
     "smoke": dict(d_model=32, n_heads=2, n_layers=1, block=32, batch=8, steps=12, lr=3e-3, warmup=3),
     "standard": dict(d_model=64, n_heads=4, n_layers=2, block=64, batch=32, steps=700, lr=6e-3, warmup=30),
     "full": dict(d_model=384, n_heads=6, n_layers=6, block=256, batch=64, steps=5000, lr=1e-3, warmup=200),
@@ -38,7 +38,8 @@ PROFILES = {
 
 def parse_args(argv=None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="python -m course.train_lm", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--profile", choices=sorted(PROFILES), default="standard", help="lesson 09's sizes (default: standard)")
+    ap.add_argument("--profile", choices=sorted(PROFILES), default="standard",
+                    help="smoke and standard: lesson 09's sizes; full: a larger model for GPUs (default: standard)")
     ap.add_argument("--steps", type=int, help="optimisation steps (default: the profile's)")
     ap.add_argument("--batch", type=int, help="GLOBAL batch, in windows, across all ranks (default: the profile's)")
     ap.add_argument("--accumulate", type=int, default=1, help="micro-batches per step on each rank (default 1)")
