@@ -1259,8 +1259,8 @@ def lesson_09(v: Values) -> list[Work]:
                       width=d, flops=4 * 2 * n_params * (1 + n_new / 2)))
     speed_block = v.at("speed_block =")
     lengths = [n for n in (16, 32, 64, 128, 256, 512, 1024) if n <= speed_block]
-    tokens = 2 * sum(lengths)
-    works.append(Work(f"cache speed-up on the GPU (for comparison): lengths {lengths[0]}..{lengths[-1]}, twice each way", tokens,
+    tokens = sum(lengths)                               # the GPU's comparison: one round each way
+    works.append(Work(f"cache speed-up on the GPU (for comparison): lengths {lengths[0]}..{lengths[-1]}, once each way", tokens,
                       host=per_u + per_c, syncs=syn_u + syn_c, width=d,
                       flops=2 * n_params * (1 + sum(n * n for n in lengths) / sum(lengths) / 2)))
     torch.manual_seed(0)                                # the target's timing runs on the CPU on every machine: timed here
